@@ -1,0 +1,62 @@
+# Flags and helpers shared by every dsv41 target.
+
+# model.md §12.8: no FMA contraction anywhere (GCC contracts a*b+c by default), never fast-math.
+set(DSV41_COMMON_FLAGS -ffp-contract=off -fno-fast-math -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+if(DSV41_WERROR)
+  list(APPEND DSV41_COMMON_FLAGS -Werror)
+endif()
+set(DSV41_SANITIZE_FLAGS)
+if(DSV41_SANITIZE)
+  set(DSV41_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+endif()
+
+set(DSV41_SOURCE_DIR ${CMAKE_SOURCE_DIR}/src)
+# Absolute paths of the shared material the tests read (never edited).
+set(DSV41_SHARED_DIR "${CMAKE_SOURCE_DIR}/../shared" CACHE PATH "The shared/ folder (spec, goldens, data)")
+
+function(dsv41_target_defaults target)
+  target_compile_options(${target} PRIVATE ${DSV41_COMMON_FLAGS} ${DSV41_SANITIZE_FLAGS})
+  target_link_options(${target} PRIVATE ${DSV41_SANITIZE_FLAGS})
+  target_include_directories(${target} PUBLIC ${DSV41_SOURCE_DIR})
+endfunction()
+
+# dsv41_library(NAME SOURCES ... DEPS ...): one library per layer folder.
+function(dsv41_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  dsv41_target_defaults(${name})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# dsv41_test(NAME SOURCES ... DEPS ...): a GoogleTest binary registered with CTest.
+function(dsv41_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  dsv41_target_defaults(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
+  target_compile_definitions(${name} PRIVATE DSV41_SHARED_DIR="${DSV41_SHARED_DIR}"
+                                             DSV41_SOURCE_ROOT="${CMAKE_SOURCE_DIR}")
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                       PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}")
+endfunction()
+
+# dsv41_benchmark(NAME SOURCES ... DEPS ...): a Google Benchmark program (not a test).
+function(dsv41_benchmark name)
+  if(NOT DSV41_BENCHMARKS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  dsv41_target_defaults(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
+endfunction()
+
+# dsv41_fuzzer(NAME SOURCES ... DEPS ...): a libFuzzer target (clang, DSV41_FUZZ=ON).
+function(dsv41_fuzzer name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  dsv41_target_defaults(${name})
+  target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+endfunction()

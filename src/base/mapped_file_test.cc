@@ -1,0 +1,48 @@
+#include "base/mapped_file.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace dsv41 {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("dsv41_base_" + name)).string();
+}
+
+TEST(MappedFileTest, MapsWrittenBytes) {
+  const std::string path = TempPath("mapped.bin");
+  ASSERT_TRUE(WriteStringToFile(path, "hello").ok());
+  Result<MappedFile> file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ASSERT_EQ(file->size(), 5u);
+  EXPECT_EQ(static_cast<char>(file->bytes()[4]), 'o');
+  MappedFile moved = std::move(file).value();
+  EXPECT_EQ(moved.size(), 5u);
+  EXPECT_EQ(moved.path(), path);
+}
+
+TEST(MappedFileTest, MissingFileNamesPath) {
+  Result<MappedFile> file = MappedFile::Open("/nonexistent/dsv41/x.safetensors");
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(file.status().message().find("/nonexistent/dsv41/x.safetensors"), std::string::npos);
+}
+
+TEST(MappedFileTest, DirectoryIsRejected) {
+  Result<MappedFile> file = MappedFile::Open(std::filesystem::temp_directory_path().string());
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(MappedFileTest, EmptyFileMapsToEmptySpan) {
+  const std::string path = TempPath("empty.bin");
+  ASSERT_TRUE(WriteStringToFile(path, "").ok());
+  Result<MappedFile> file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok());
+  EXPECT_TRUE(file->bytes().empty());
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -1,0 +1,138 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/json.h"
+#include "base/status.h"
+
+namespace dsv41 {
+
+// YaRN parameters of the `compress` RoPE table (model.md §1.2, §6.2).
+struct YarnConfig {
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;  // 0 = no YaRN
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+};
+
+// How the checkpoint stores its linear weights (model.md §1.3).
+struct QuantizationConfig {
+  bool quantized = false;          // false: bf16 weights, no .scale, no activation quantisation
+  std::string quant_method;        // "fp8"
+  std::string activation_scheme;   // "dynamic"
+  int32_t weight_block_rows = 32;  // weight_block_size[0]
+  int32_t weight_block_cols = 32;  // weight_block_size[1]
+  std::string scale_fmt;           // "ue8m0"
+  std::string expert_dtype;        // "fp4" or "" (experts stored like dense weights)
+};
+
+enum class ScoringFunc { kSqrtSoftplus, kSoftmax, kSigmoid };
+
+// The text model's configuration, with HF names (model.md §1.2). Every size in the engine comes
+// from here; nothing is hard-coded to the released values.
+struct ModelConfig {
+  int32_t vocab_size = 0;
+  int32_t hidden_size = 0;
+  int32_t num_hidden_layers = 0;
+  int32_t num_nextn_predict_layers = 0;  // DSpark stages
+  int32_t num_attention_heads = 0;
+  int32_t num_key_value_heads = 1;
+  int32_t head_dim = 0;
+  int32_t qk_rope_head_dim = 0;
+  int32_t q_lora_rank = 0;
+  int32_t o_groups = 0;
+  int32_t o_lora_rank = 0;
+  bool attention_bias = false;
+  double rms_norm_eps = 1e-6;
+  int32_t sliding_window = 0;
+  std::vector<int32_t> compress_ratios;  // backbone only: exactly num_hidden_layers entries
+  double rope_theta = 10000.0;           // `main` table
+  double compress_rope_theta = 10000.0;  // `compress` table
+  YarnConfig compress_yarn;              // YaRN of the `compress` table only
+  int64_t max_position_embeddings = 0;
+
+  std::vector<int32_t> kv_source_layer_ids;
+  std::vector<int32_t> index_source_layer_ids;
+  int32_t candidate_source_layer_id = -1;  // < 0: no candidate level
+  int32_t candidate_topk_blocks = 1;
+  int32_t candidate_block_size = 1;
+  int32_t index_n_heads = 0;
+  int32_t index_head_dim = 0;
+  int32_t index_topk = 0;
+
+  int32_t moe_intermediate_size = 0;
+  int32_t n_routed_experts = 0;
+  int32_t num_experts_per_tok = 0;
+  int32_t n_shared_experts = 1;
+  ScoringFunc scoring_func = ScoringFunc::kSqrtSoftplus;
+  bool norm_topk_prob = true;
+  double routed_scaling_factor = 1.0;
+  double gate_temp = 1.0;
+  double swiglu_limit = 0.0;  // <= 0: no clamp
+  std::string hidden_act = "silu";
+
+  int32_t hc_mult = 4;
+  int32_t hc_sinkhorn_iters = 20;
+  double hc_eps = 1e-6;
+
+  std::vector<int32_t> engram_layer_ids;
+  std::vector<int64_t> engram_num_embeddings;
+  int32_t engram_max_ngram_size = 0;
+  int64_t engram_vocab_size = 0;  // start of the prime search, not a row count
+  int32_t engram_n_heads = 0;
+  int32_t engram_head_dim = 0;
+  int32_t engram_pad_token_id = 2;
+  int64_t engram_compressed_vocab_size = 0;
+
+  int32_t dspark_block_size = 0;
+  int32_t dspark_noise_token_id = 0;
+  std::vector<int32_t> dspark_target_layer_ids;
+  int32_t dspark_markov_rank = 0;
+  int32_t dspark_n_routed_experts = 0;
+  int32_t dspark_num_experts_per_tok = 0;
+
+  int32_t bos_token_id = 0;
+  int32_t eos_token_id = 1;
+  int32_t pad_token_id = 2;
+
+  QuantizationConfig quantization;
+
+  // Derived constants (model.md §1.5).
+  int32_t nope_dim() const { return head_dim - qk_rope_head_dim; }
+  int32_t heads_per_group() const { return num_attention_heads / o_groups; }
+  int32_t group_in() const { return heads_per_group() * head_dim; }
+  int32_t wo_a_out() const { return o_groups * o_lora_rank; }
+  int32_t hc_mix_rows() const { return (2 + hc_mult) * hc_mult; }
+  int32_t hc_dim() const { return hc_mult * hidden_size; }
+  int32_t n_hash_cols() const { return (engram_max_ngram_size - 1) * engram_n_heads; }
+  int32_t engram_in() const { return n_hash_cols() * engram_head_dim; }
+  int32_t engram_out() const { return hidden_size * (hc_mult + 1); }
+  int32_t dspark_in() const { return static_cast<int32_t>(dspark_target_layer_ids.size()) * hidden_size; }
+  int32_t confidence_in() const { return hidden_size + dspark_markov_rank; }
+};
+
+// Builds a ModelConfig from parsed JSON: `config_json` is config.json (composite or bare text
+// config) or null; `inference_json` is inference/config.json (flat reference names) or null. At least
+// one must be given; fields present in both must agree. Applies the defaults of model.md §1.6 and
+// then validates (ValidateConfig). Errors name the field and the file.
+Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* inference_json);
+
+// Reads `dir`/config.json and/or `dir`/inference/config.json (also `inference_config.json`).
+Result<ModelConfig> LoadModelConfig(const std::string& dir);
+
+// Every validation rule of model.md §1.6 except the token-map class count (checked where the map is
+// built). InvalidArgument naming the field and why.
+Status ValidateConfig(const ModelConfig& config);
+
+// Writes the config as a composite HF config.json (top level + text_config +
+// quantization_config when quantized), and as the flat inference/config.json.
+OrderedJson ConfigToHfJson(const ModelConfig& config);
+OrderedJson ConfigToInferenceJson(const ModelConfig& config);
+
+// The released DeepSeek-V4.1-Flash configuration (model.md §1.2).
+ModelConfig ReleasedConfig();
+
+}  // namespace dsv41
