@@ -1,0 +1,219 @@
+#include "tiny/tiny_checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "base/json.h"
+#include "base/mapped_file.h"
+#include "checkpoint/checkpoint.h"
+#include "engram/token_map.h"
+#include "model/engram_primes.h"
+#include "model/layer_plan.h"
+#include "model/tensor_inventory.h"
+#include "numerics/block_quant.h"
+#include "numerics/codecs.h"
+#include "text/tokenizer.h"
+#include "tiny/synthetic_tokenizer.h"
+#include "tiny/tiny_random.h"
+
+namespace dsv41 {
+namespace {
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+bool Contains(std::string_view s, std::string_view part) {
+  return s.find(part) != std::string_view::npos;
+}
+
+// The values a tensor is drawn from, by its role in the checkpoint (checkpoint.md §8.3).
+struct ValueRule {
+  float center = 0.0f;  // values are center + amplitude · u, u uniform in [-1, 1)
+  float amplitude = 0.0f;
+};
+
+ValueRule RuleFor(std::string_view name, const Shape& logical_shape) {
+  const bool is_matrix = logical_shape.size() == 2;
+  const float fan_in = is_matrix ? static_cast<float>(logical_shape[1]) : 1.0f;
+  const float unit_variance = std::sqrt(3.0f / fan_in);  // keeps activations around unit scale
+  if (Contains(name, "norm")) return {1.0f, 0.1f};
+  if (EndsWith(name, "engram.q_weight") || EndsWith(name, "engram.k_weight")) return {1.0f, 0.1f};
+  if (EndsWith(name, "_scale") && Contains(name, ".hc_")) return {1.0f, 0.1f};
+  if (EndsWith(name, "_base") && Contains(name, ".hc_")) return {0.0f, 0.1f};
+  if (EndsWith(name, "_fn") && Contains(name, ".hc_")) return {0.0f, unit_variance};
+  if (EndsWith(name, "attn_sink")) return {0.0f, 0.1f};
+  if (EndsWith(name, "gate.bias") || EndsWith(name, "gate.bias_vl")) return {0.0f, 0.01f};
+  if (name == "embed.weight" || EndsWith(name, "markov_head.embed.weight")) return {0.0f, 1.0f};
+  if (name.substr(0, 6) == "image_") return {0.0f, 0.1f};
+  if (EndsWith(name, "engram.embed.weight")) return {0.0f, 1.0f};
+  return {0.0f, unit_variance};
+}
+
+// Fills `out` with the tensor's logical values (never an exact zero, so no all-zero rows).
+void DrawValues(uint64_t seed, std::string_view name, const Shape& logical_shape,
+                std::vector<float>& out) {
+  const ValueRule rule = RuleFor(name, logical_shape);
+  SplitMix64 rng(StreamSeed(seed, name));
+  for (float& v : out) {
+    float u = rng.NextSigned();
+    if (u == 0.0f) u = 0x1p-12f;
+    v = rule.center + rule.amplitude * u;
+  }
+}
+
+std::span<const std::byte> AsBytes(const std::vector<uint8_t>& v) {
+  return std::as_bytes(std::span<const uint8_t>(v));
+}
+
+struct StoredBytes {
+  std::vector<uint8_t> weight;  // the tensor itself
+  std::vector<uint8_t> scale;   // its `.scale` companion (quantised weights only)
+};
+
+Result<StoredBytes> PlainBytes(uint64_t seed, const TensorSpec& spec) {
+  std::vector<float> values(*NumElements(spec.shape));
+  DrawValues(seed, spec.name, spec.shape, values);
+  StoredBytes out;
+  out.weight.resize(values.size() * DTypeSize(spec.dtype));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (spec.dtype == DType::kBF16) {
+      const uint16_t b = Bf16FromF32(values[i]);
+      std::memcpy(&out.weight[2 * i], &b, 2);
+    } else {
+      std::memcpy(&out.weight[4 * i], &values[i], 4);
+    }
+  }
+  return out;
+}
+
+// The stored bytes of a quantised weight (`spec` is the `.weight` tensor) and of its scale:
+// MXFP4 experts (I8), Engram tables (e4m3, one scale per 32 values of a row) or FP8 32×32 tiles.
+Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec) {
+  if (spec.shape.size() != 2) {
+    return InternalError("tensor '%s': a quantised weight must be 2-D", spec.name.c_str());
+  }
+  const bool mxfp4 = spec.dtype == DType::kI8;
+  const int64_t rows = spec.shape[0];
+  const int64_t cols = mxfp4 ? spec.shape[1] * 2 : spec.shape[1];
+  std::vector<float> values(static_cast<size_t>(rows * cols));
+  DrawValues(seed, spec.name, Shape{rows, cols}, values);
+  // Round through bf16 first: the release's weights were bf16 before quantisation.
+  for (float& v : values) v = F32FromBf16(Bf16FromF32(v));
+  StoredBytes out;
+  if (mxfp4) {
+    DSV41_ASSIGN_OR_RETURN(Mxfp4Weights q, QuantizeMxfp4(rows, cols, values.data()));
+    out.weight = std::move(q.weight);
+    out.scale = std::move(q.scale);
+  } else if (EndsWith(spec.name, "engram.embed.weight")) {
+    for (int64_t r = 0; r < rows; ++r) {
+      DSV41_ASSIGN_OR_RETURN(Fp8BlockWeights q, QuantizeFp8Blocks(1, cols, &values[r * cols]));
+      out.weight.insert(out.weight.end(), q.weight.begin(), q.weight.end());
+      out.scale.insert(out.scale.end(), q.scale.begin(), q.scale.end());
+    }
+  } else {
+    DSV41_ASSIGN_OR_RETURN(Fp8BlockWeights q, QuantizeFp8Blocks(rows, cols, values.data()));
+    out.weight = std::move(q.weight);
+    out.scale = std::move(q.scale);
+  }
+  return out;
+}
+
+// The inventory plus the release's image tensors (ignored by the text engine but present).
+std::vector<TensorSpec> TensorsToWrite(const ModelConfig& config, const LayerPlan& plan) {
+  std::vector<TensorSpec> specs = ExpectedTensors(config, plan, InventoryOptions{});
+  for (const char* name : {"image_start", "image_end", "image_newline"}) {
+    specs.push_back(TensorSpec{name, DType::kBF16, Shape{config.hidden_size}});
+  }
+  return specs;
+}
+
+Status WriteJson(const std::filesystem::path& path, const OrderedJson& json) {
+  return WriteStringToFile(path.string(), json.dump(2) + "\n");
+}
+
+}  // namespace
+
+Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const std::string& dir,
+                                                  const ProgressFn& progress) {
+  ModelConfig config = spec.config;
+  DSV41_ASSIGN_OR_RETURN(SyntheticTokenizer synthetic,
+                         BuildSyntheticTokenizer(config.vocab_size, spec.seed));
+  config.dspark_noise_token_id = synthetic.system_id;
+  if (!config.engram_layer_ids.empty()) {
+    DSV41_ASSIGN_OR_RETURN(
+        std::vector<EngramLayerPrimes> primes,
+        ComputeEngramPrimes(config.engram_layer_ids, config.engram_max_ngram_size,
+                            config.engram_n_heads, config.engram_vocab_size));
+    config.engram_num_embeddings.clear();
+    for (const EngramLayerPrimes& layer : primes) config.engram_num_embeddings.push_back(layer.num_rows);
+  }
+  DSV41_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromJson(synthetic.json));
+  DSV41_ASSIGN_OR_RETURN(EngramTokenMap token_map, BuildEngramTokenMap(tokenizer));
+  config.engram_compressed_vocab_size = token_map.num_classes;
+  DSV41_RETURN_IF_ERROR(ValidateConfig(config));
+  const LayerPlan plan = PlanLayers(config);
+  const std::vector<TensorSpec> specs = TensorsToWrite(config, plan);
+
+  std::error_code ec;
+  const std::filesystem::path root(dir);
+  std::filesystem::create_directories(root / "inference", ec);
+  if (ec) return IoError("%s: cannot create directory: %s", dir.c_str(), ec.message().c_str());
+
+  std::unordered_map<std::string, const TensorSpec*> by_name;
+  for (const TensorSpec& s : specs) by_name[s.name] = &s;
+  ShardedCheckpointWriter writer(dir, ShardingOptions{.num_shards = static_cast<size_t>(
+                                                          std::max(spec.num_shards, 1))});
+  writer.SetShardMetadata("format", "pt");
+  TinyCheckpointSummary summary;
+  const uint64_t seed = spec.seed;
+  for (const TensorSpec& s : specs) {
+    const bool is_scale = EndsWith(s.name, ".scale");
+    const TensorSpec* weight = &s;
+    if (is_scale) {
+      auto it = by_name.find(s.name.substr(0, s.name.size() - 6) + ".weight");
+      if (it == by_name.end()) {
+        return InternalError("tensor '%s' has no weight beside it", s.name.c_str());
+      }
+      weight = it->second;
+    }
+    bool has_scale = false;
+    if (EndsWith(s.name, ".weight")) {
+      has_scale = by_name.count(s.name.substr(0, s.name.size() - 7) + ".scale") > 0;
+    }
+    TensorBytesFn write = [seed, weight, is_scale, has_scale](const ByteSink& sink) -> Status {
+      Result<StoredBytes> bytes =
+          (is_scale || has_scale) ? QuantizedBytes(seed, *weight) : PlainBytes(seed, *weight);
+      if (!bytes.ok()) return bytes.status();
+      return sink(AsBytes(is_scale ? bytes->scale : bytes->weight));
+    };
+    DSV41_RETURN_IF_ERROR(writer.Add(s.name, s.dtype, s.shape, std::move(write)));
+    summary.tensor_bytes += *NumElements(s.shape) * DTypeSize(s.dtype);
+  }
+  DSV41_RETURN_IF_ERROR(writer.Finish(progress));
+
+  OrderedJson hf = ConfigToHfJson(config);
+  hf["image_token_id"] = synthetic.image_id;
+  DSV41_RETURN_IF_ERROR(WriteJson(root / "config.json", hf));
+  OrderedJson inference = ConfigToInferenceJson(config);
+  inference["image_token_id"] = synthetic.image_id;
+  DSV41_RETURN_IF_ERROR(WriteJson(root / "inference" / "config.json", inference));
+  DSV41_RETURN_IF_ERROR(WriteStringToFile((root / "tokenizer.json").string(), synthetic.json));
+  DSV41_RETURN_IF_ERROR(
+      WriteStringToFile((root / "tokenizer_config.json").string(), synthetic.config_json));
+  OrderedJson generation;
+  generation["bos_token_id"] = config.bos_token_id;
+  generation["eos_token_id"] = config.eos_token_id;
+  generation["do_sample"] = true;
+  generation["temperature"] = 1.0;
+  generation["top_p"] = 1.0;
+  DSV41_RETURN_IF_ERROR(WriteJson(root / "generation_config.json", generation));
+
+  summary.config = std::move(config);
+  summary.num_tensors = specs.size();
+  return summary;
+}
+
+}  // namespace dsv41
