@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The README's main job: installs dependencies, builds dsv41, writes the built-in tiny model
+# (preset "tiny": every layer mode, both Engram placements, FP8 + MXFP4 weights) and prints its
+# layer and cache plan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ $(id -u) -eq 0 ]] || command -v sudo >/dev/null; then bash scripts/setup.sh; fi
+dir=build/release
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$dir" -j "$(nproc)" --target dsv41
+model=${DSV41_DEMO_MODEL:-build/models/tiny}
+"$dir/dsv41" tiny --preset tiny --out "$model"
+"$dir/dsv41" plan --model "$model" --kv-cache-gib 1
