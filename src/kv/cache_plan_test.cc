@@ -284,6 +284,16 @@ TEST(CachePlanTest, VerifyStepsNeedThreeIdsPerWindowGroup) {
   EXPECT_EQ(FixedBlocksPerRequest(plan, 1), 23);  // 1 + 11 × 2
 }
 
+// serving.md §3.7 bounds a C-token chunk by ceil((C + W − 1)/B) + 1 ids per SWA group. The exact
+// worst case is one less when (C + W − 1) mod B = 1: C = 2 keeps 129 positions, which at worst
+// start at row 127 and end at row 127 of the next block (2 blocks); C = 3 keeps 130 (3 blocks).
+TEST(CachePlanTest, ChunkWindowNeedIsTheExactWorstCase) {
+  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed);
+  EXPECT_EQ(PeakRequestBlockNeed(plan, 1 << 20, 2).swa_ids_per_group, 2);
+  EXPECT_EQ(PeakRequestBlockNeed(plan, 1 << 20, 3).swa_ids_per_group, 3);
+  EXPECT_EQ(PeakRequestBlockNeed(plan, 1 << 20, 512).swa_ids_per_group, 6);  // 639 positions
+}
+
 // Short requests never hold more window blocks than they have positions: L = 100 fits in one block.
 TEST(CachePlanTest, ShortRequestNeedsOneWindowBlock) {
   const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed);
