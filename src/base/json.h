@@ -17,6 +17,10 @@ using OrderedJson = nlohmann::ordered_json;
 // the source in errors ("config.json", "model-00001.safetensors header").
 Result<Json> ParseJson(std::string_view text, std::string_view what);
 Result<OrderedJson> ParseOrderedJson(std::string_view text, std::string_view what);
+// As ParseJson, but an object that repeats a key is an InvalidArgument naming the key
+// ("<what>: duplicate key 'x'"); nlohmann itself silently keeps one of the values. For formats
+// where a repeated key is corruption (safetensors headers).
+Result<Json> ParseJsonRejectingDuplicateKeys(std::string_view text, std::string_view what);
 // Reads and parses a JSON file; errors name the path.
 Result<Json> ReadJsonFile(const std::string& path);
 

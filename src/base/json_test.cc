@@ -25,5 +25,17 @@ TEST(JsonTest, OrderedJsonKeepsKeyOrder) {
   EXPECT_EQ(j->begin().key(), "z");
 }
 
+TEST(JsonTest, RejectingDuplicateKeysNamesTheRepeatedKey) {
+  Result<Json> j = ParseJsonRejectingDuplicateKeys(R"({"a": {"b": 1, "c": 2, "b": 3}})", "h");
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().message(), "h: duplicate key 'b'");
+}
+
+TEST(JsonTest, RejectingDuplicateKeysAcceptsSameKeyInSiblingObjects) {
+  Result<Json> j = ParseJsonRejectingDuplicateKeys(R"({"a": {"x": 1}, "b": {"x": 2}})", "h");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ((*j)["b"]["x"].get<int>(), 2);
+}
+
 }  // namespace
 }  // namespace dsv41
