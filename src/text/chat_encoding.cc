@@ -262,8 +262,8 @@ void RenderToolCalls(const std::vector<ChatToolCall>& calls, PromptBuilder& out)
     for (size_t p = 0; p < members.size(); ++p) {
       if (p > 0) out.Template("\n");
       out.Template("<｜DSML｜ parameter name=\"");
-      out.User(members[p].first);
-      const JsonValue& value = members[p].second;
+      out.User(members[p].key);
+      const JsonValue& value = members[p].value;
       if (value.is_string()) {
         out.Template("\" string=\"true\">");
         out.User(value.text);

@@ -104,20 +104,20 @@ class JsonParser {
       size_t existing = out.object.size();
       if (out.object.size() <= kLinearKeySearchLimit) {
         for (size_t i = 0; i < out.object.size(); ++i) {
-          if (out.object[i].first == key) existing = i;
+          if (out.object[i].key == key) existing = i;
         }
       } else {
         if (index.empty()) {
-          for (size_t i = 0; i < out.object.size(); ++i) index.emplace(out.object[i].first, i);
+          for (size_t i = 0; i < out.object.size(); ++i) index.emplace(out.object[i].key, i);
         }
         const auto it = index.find(key);
         if (it != index.end()) existing = it->second;
       }
       if (existing < out.object.size()) {
-        out.object[existing].second = std::move(value);
+        out.object[existing].value = std::move(value);
       } else {
         if (!index.empty()) index.emplace(key, out.object.size());
-        out.object.emplace_back(std::move(key), std::move(value));
+        out.object.push_back({std::move(key), std::move(value)});
       }
       SkipSpace();
       if (pos_ >= text_.size()) return Error("unterminated object");
@@ -349,8 +349,8 @@ class JsonParser {
 
 const JsonValue* JsonValue::Find(std::string_view key) const {
   if (kind != Kind::kObject) return nullptr;
-  for (const auto& [name, value] : object) {
-    if (name == key) return &value;
+  for (const JsonMember& member : object) {
+    if (member.key == key) return &member.value;
   }
   return nullptr;
 }
@@ -490,9 +490,9 @@ void AppendJson(const JsonValue& value, std::string& out) {
       out += '{';
       for (size_t i = 0; i < value.object.size(); ++i) {
         if (i > 0) out += ", ";
-        AppendJsonString(value.object[i].first, out);
+        AppendJsonString(value.object[i].key, out);
         out += ": ";
-        AppendJson(value.object[i].second, out);
+        AppendJson(value.object[i].value, out);
       }
       out += '}';
       return;

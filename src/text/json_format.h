@@ -2,12 +2,13 @@
 
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "base/status.h"
 
 namespace dsv41 {
+
+struct JsonMember;
 
 // A JSON value as the chat format needs it (tokenizer-and-chat.md §6.5): object members in the
 // client's order, integers kept exactly whatever their size, other numbers as binary64. Plain
@@ -24,7 +25,7 @@ struct JsonValue {
   std::vector<JsonValue> array;
   // kObject: members in first-appearance order; a repeated key keeps its first position and takes
   // its last value (Python's dict).
-  std::vector<std::pair<std::string, JsonValue>> object;
+  std::vector<JsonMember> object;
 
   bool is_null() const { return kind == Kind::kNull; }
   bool is_string() const { return kind == Kind::kString; }
@@ -32,6 +33,11 @@ struct JsonValue {
   bool is_array() const { return kind == Kind::kArray; }
   // The member `key` of an object, or nullptr (also when this is not an object).
   const JsonValue* Find(std::string_view key) const;
+};
+
+struct JsonMember {
+  std::string key;
+  JsonValue value;
 };
 
 // Parses one RFC 8259 JSON text (surrounding whitespace allowed; no NaN/Infinity, no comments,

@@ -73,7 +73,7 @@ std::optional<std::vector<ParsedToolCall>> ParseToolCallBlock(std::string_view b
 
     ParsedToolCall call;
     call.name = std::string(*name);
-    call.arguments = "{";
+    call.arguments.push_back('{');  // not `= "{"`: GCC 12 -O3 reports a false -Wrestrict
     std::set<std::string_view> keys;
     while (Consume(rest, kParamOpen)) {
       const size_t end = rest.find(kParamEnd);
