@@ -9,6 +9,15 @@ set(DSV41_SANITIZE_FLAGS)
 if(DSV41_SANITIZE)
   set(DSV41_SANITIZE_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
 endif()
+if(DSV41_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "DSV41_FUZZ=ON needs clang (libFuzzer): CC=clang CXX=clang++ cmake ...")
+  endif()
+  # Every target gets coverage instrumentation and ASan+UBSan, so the fuzzers see into the
+  # libraries; only dsv41_fuzzer executables link libFuzzer's main (-fsanitize=fuzzer).
+  set(DSV41_SANITIZE_FLAGS -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
+                           -fno-omit-frame-pointer)
+endif()
 
 set(DSV41_SOURCE_DIR ${CMAKE_SOURCE_DIR}/src)
 # Absolute paths of the shared material the tests read (never edited).
@@ -59,4 +68,22 @@ function(dsv41_fuzzer name)
   target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+endfunction()
+
+# dsv41_fuzz_target(NAME SOURCES ... DEPS ... CORPUS dir): a fuzz target (a file defining
+# LLVMFuzzerTestOneInput) built twice: as the libFuzzer binary NAME when DSV41_FUZZ=ON, and always
+# as NAME_corpus, the same code over fuzz/corpus_runner.cc, registered with CTest to run every file
+# of the seed corpus CORPUS (STYLE.md §11), so the seeds also run under GCC and the sanitizer build.
+function(dsv41_fuzz_target name)
+  cmake_parse_arguments(ARG "" "CORPUS" "SOURCES;DEPS" ${ARGN})
+  if(NOT ARG_CORPUS)
+    message(FATAL_ERROR "dsv41_fuzz_target(${name}): CORPUS <dir> is required")
+  endif()
+  if(DSV41_FUZZ)
+    dsv41_fuzzer(${name} SOURCES ${ARG_SOURCES} DEPS ${ARG_DEPS})
+  endif()
+  add_executable(${name}_corpus ${ARG_SOURCES} ${CMAKE_SOURCE_DIR}/fuzz/corpus_runner.cc)
+  dsv41_target_defaults(${name}_corpus)
+  target_link_libraries(${name}_corpus PRIVATE ${ARG_DEPS} dsv41_base)
+  add_test(NAME ${name}_corpus COMMAND ${name}_corpus ${ARG_CORPUS})
 endfunction()
