@@ -296,7 +296,7 @@ Result<CachePlan> PlanCache(const ModelConfig& config, const LayerPlan& layer_pl
     }
   }
 
-  // Groups, in the order G_KV, G_RING, G_SWA_0.., G_DRAFT (serving.md §3.3).
+  // Groups, in the order G_KV, G_RING, G_SWA_0.., G_DRAFT_0.. (serving.md §3.3).
   if (has_kv_sources) {
     plan.kv_group_idx = static_cast<int32_t>(plan.groups.size());
     plan.groups.push_back(MakeGroup(CacheGroupKind::kKv, "kv"));
@@ -310,9 +310,10 @@ Result<CachePlan> PlanCache(const ModelConfig& config, const LayerPlan& layer_pl
     plan.swa_group_idx.push_back(static_cast<int32_t>(plan.groups.size()));
     plan.groups.push_back(MakeGroup(CacheGroupKind::kSwa, "swa_" + std::to_string(k), k));
   }
-  if (plan.num_draft_stages > 0) {
-    plan.draft_group_idx = static_cast<int32_t>(plan.groups.size());
-    plan.groups.push_back(MakeGroup(CacheGroupKind::kDraft, "draft"));
+  const int32_t num_draft_groups = (plan.num_draft_stages + num_slots - 1) / num_slots;
+  for (int32_t m = 0; m < num_draft_groups; ++m) {
+    plan.draft_group_idx.push_back(static_cast<int32_t>(plan.groups.size()));
+    plan.groups.push_back(MakeGroup(CacheGroupKind::kDraft, "draft_" + std::to_string(m), m));
   }
 
   // Members (serving.md §3.2, §3.5). G_KV regions sit at disjoint offsets: compressed KV at 0,
@@ -345,8 +346,9 @@ Result<CachePlan> PlanCache(const ModelConfig& config, const LayerPlan& layer_pl
               plan.swa_group_idx[plan.SwaGroupOfLayer(l)], l, block_tokens, rows.swa_row_bytes, 0);
   }
   for (int32_t j = 0; j < plan.num_draft_stages; ++j) {
-    AddMember(plan, plan.DraftSlotOfStage(j), SlotMemberKind::kDraft, plan.draft_group_idx, j,
-              block_tokens, rows.swa_row_bytes, 0);
+    AddMember(plan, plan.DraftSlotOfStage(j), SlotMemberKind::kDraft,
+              plan.draft_group_idx[plan.DraftGroupOfStage(j)], j, block_tokens, rows.swa_row_bytes,
+              0);
   }
 
   // serving.md §3.2: page capacity = max member; bytes per block id = Σ_s page_s.
@@ -395,6 +397,7 @@ RequestBlockNeed PeakRequestBlockNeed(const CachePlan& plan, int64_t context_tok
   DSV41_CHECK(step_tokens >= 1, "step_tokens %d", step_tokens);
   RequestBlockNeed need;
   need.num_swa_groups = plan.num_swa_groups();
+  need.num_draft_groups = plan.num_draft_groups();
   if (context_tokens <= 0) return need;
   const int32_t block_tokens = plan.options.block_tokens;
   const int64_t span = std::min<int64_t>(
@@ -403,7 +406,6 @@ RequestBlockNeed PeakRequestBlockNeed(const CachePlan& plan, int64_t context_tok
   need.kv_ids = plan.kv_group_idx >= 0 ? (context_tokens + block_tokens - 1) / block_tokens : 0;
   need.ring_ids = plan.ring_group_idx >= 0 ? 1 : 0;
   need.swa_ids_per_group = window_ids;
-  need.draft_ids = plan.draft_group_idx >= 0 ? window_ids : 0;
   return need;
 }
 
@@ -411,7 +413,7 @@ int64_t FixedBlocksPerRequest(const CachePlan& plan, int32_t step_tokens) {
   const int64_t span = static_cast<int64_t>(step_tokens) + plan.sliding_window - 1;
   const int64_t window_ids =
       MaxBlocksTouched(span, plan.options.block_tokens, plan.options.block_tokens);
-  const int64_t window_groups = plan.num_swa_groups() + (plan.draft_group_idx >= 0 ? 1 : 0);
+  const int64_t window_groups = plan.num_swa_groups() + plan.num_draft_groups();
   return (plan.ring_group_idx >= 0 ? 1 : 0) + window_groups * window_ids;
 }
 

@@ -97,8 +97,8 @@ struct CacheSlot {
 // One cache group and the layers (or stages) whose rows it addresses.
 struct CacheGroup {
   CacheGroupKind kind = CacheGroupKind::kSwa;
-  int32_t swa_idx = -1;  // k of G_SWA_k; -1 for the other kinds
-  std::string name;      // "kv", "ring", "swa_<k>", "draft"
+  int32_t swa_idx = -1;  // k of G_SWA_k, m of G_DRAFT_m; -1 for the other kinds
+  std::string name;      // "kv", "ring", "swa_<k>", "draft_<m>"
   // Parallel lists: the member layers (kv sources for kv/ring, backbone layers for swa, DSpark
   // stages for draft) and the slot each one occupies.
   std::vector<int32_t> layers;
@@ -118,20 +118,25 @@ struct CachePlan {
   size_t bytes_per_block_id = 0;  // Σ_s page_s: what one block id costs in memory
 
   // Group indexes into `groups`; -1 when the group does not exist (G_KV without kv sources,
-  // G_RING without ratio > 1 sources, G_DRAFT without options.dspark).
+  // G_RING without ratio > 1 sources).
   int32_t kv_group_idx = -1;
   int32_t ring_group_idx = -1;
-  int32_t draft_group_idx = -1;
-  std::vector<int32_t> swa_group_idx;  // k → index of G_SWA_k
+  std::vector<int32_t> swa_group_idx;    // k → index of G_SWA_k
+  std::vector<int32_t> draft_group_idx;  // m → index of G_DRAFT_m; empty without options.dspark
 
   int32_t num_slots() const { return static_cast<int32_t>(slots.size()); }
   int32_t num_swa_groups() const { return static_cast<int32_t>(swa_group_idx.size()); }
+  int32_t num_draft_groups() const { return static_cast<int32_t>(draft_group_idx.size()); }
   // Slot holding backbone layer `layer`'s SWA rows: layer mod n_slots (serving.md §3.3).
   int32_t SwaSlotOfLayer(int32_t layer) const { return layer % num_slots(); }
   // k of the G_SWA_k group holding `layer`'s SWA rows: layer div n_slots.
   int32_t SwaGroupOfLayer(int32_t layer) const { return layer / num_slots(); }
-  // Slot holding DSpark stage `stage`'s window: stage mod n_slots.
+  // Slot holding DSpark stage `stage`'s window: stage mod n_slots (serving.md §3.3).
   int32_t DraftSlotOfStage(int32_t stage) const { return stage % num_slots(); }
+  // m of the G_DRAFT_m group holding `stage`'s window: stage div n_slots. serving.md §3.3 has one
+  // G_DRAFT (stages ≤ slots, as in the release); with more stages than slots two stages would
+  // share a page under one block id, so the stages split into groups as the SWA layers do.
+  int32_t DraftGroupOfStage(int32_t stage) const { return stage / num_slots(); }
 
   // Amortised cache bytes per token of context: a G_KV block id covers block_tokens tokens and
   // costs a page in every slot, so each token costs bytes_per_block_id / block_tokens. A request
@@ -175,13 +180,13 @@ int64_t FlatRowIndex(uint32_t block_id, int32_t rows_per_page, int32_t row);
 
 // Block ids one request holds at its peak, per group (serving.md §3.7).
 struct RequestBlockNeed {
-  int64_t kv_ids = 0;    // G_KV: ceil(L / B)
-  int64_t ring_ids = 0;  // G_RING: 1 when the group exists
-  int64_t swa_ids_per_group = 0;
+  int64_t kv_ids = 0;             // G_KV: ceil(L / B)
+  int64_t ring_ids = 0;           // G_RING: 1 when the group exists
+  int64_t swa_ids_per_group = 0;  // each G_SWA_k and each G_DRAFT_m
   int32_t num_swa_groups = 0;
-  int64_t draft_ids = 0;  // G_DRAFT: as one SWA group when DSpark is on
+  int32_t num_draft_groups = 0;
   int64_t total() const {
-    return kv_ids + ring_ids + swa_ids_per_group * num_swa_groups + draft_ids;
+    return kv_ids + ring_ids + swa_ids_per_group * (num_swa_groups + num_draft_groups);
   }
 };
 

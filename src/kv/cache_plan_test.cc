@@ -237,7 +237,9 @@ TEST(CachePlanTest, ReleaseGroupMembersAreTheTranspose) {
     EXPECT_THAT(swa.layers, ElementsAre(4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3));
     EXPECT_THAT(swa.slots, ElementsAre(0, 1, 2, 3));
   }
-  const CacheGroup& draft = plan.groups[plan.draft_group_idx];
+  ASSERT_EQ(plan.num_draft_groups(), 1);
+  const CacheGroup& draft = plan.groups[plan.draft_group_idx[0]];
+  EXPECT_EQ(draft.name, "draft_0");
   EXPECT_THAT(draft.layers, ElementsAre(0, 1, 2));
   EXPECT_THAT(draft.slots, ElementsAre(0, 1, 2));
   EXPECT_EQ(plan.SwaSlotOfLayer(37), 1);
@@ -263,7 +265,7 @@ TEST(CachePlanTest, PerRequestNeedMatchesServingSpecExamples) {
   EXPECT_EQ(need4k.ring_ids, 1);
   EXPECT_EQ(need4k.swa_ids_per_group, 2);
   EXPECT_EQ(need4k.num_swa_groups, 10);
-  EXPECT_EQ(need4k.draft_ids, 2);
+  EXPECT_EQ(need4k.num_draft_groups, 1);
   EXPECT_EQ(need4k.total(), 55);
   EXPECT_EQ(PeakRequestBlockNeed(plan, 131072, 1).total(), 1047);
   EXPECT_EQ(PeakRequestBlockNeed(plan, 1048576, 1).total(), 8215);
@@ -416,7 +418,7 @@ TEST(CachePlanTest, TinyFixturePackedPages) {
   EXPECT_THAT(PageBytes(plan), ElementsAre(4096, 4096, 1056));
   EXPECT_EQ(plan.bytes_per_block_id, 9248u);
   EXPECT_EQ(plan.groups.size(), 7u);
-  EXPECT_THAT(plan.groups[plan.draft_group_idx].slots, ElementsAre(0, 1, 2));
+  EXPECT_THAT(plan.groups[plan.draft_group_idx[0]].slots, ElementsAre(0, 1, 2));
 }
 
 // Without kv sources there is one slot holding every layer's SWA rows: 16 × 2 × 64 = 2,048 B.
@@ -430,6 +432,60 @@ TEST(CachePlanTest, NoKvSourcesUsesOneSlot) {
   EXPECT_EQ(plan.ring_group_idx, -1);
   EXPECT_EQ(plan.bytes_per_block_id, 2048u);
   EXPECT_EQ(PeakRequestBlockNeed(plan, 1000, 1).total(), 5 * 2);
+}
+
+// Every ratio pattern of up to 6 layers (kv sources = first layer of each run of equal ratio > 0,
+// model.md §1.6's default), every profile, B ∈ {2, 4, 8}, DSpark on and off: one slot per source
+// (or one), each layer's SWA rows in exactly one slot, members of one group disjoint, pages = max
+// member end, bytes per block id = Σ pages.
+TEST(CachePlanTest, LayoutInvariantsHoldForSmallConfigs) {
+  for (int32_t num_layers = 1; num_layers <= 6; ++num_layers) {
+    int32_t num_patterns = 1;
+    for (int32_t l = 0; l < num_layers; ++l) num_patterns *= 3;
+    for (int32_t code = 0; code < num_patterns; ++code) {
+      std::vector<int32_t> ratios;
+      std::vector<int32_t> sources;
+      for (int32_t l = 0, c = code; l < num_layers; ++l, c /= 3) {
+        ratios.push_back(c % 3);
+        if (ratios[l] > 0 && (l == 0 || ratios[l - 1] != ratios[l])) sources.push_back(l);
+      }
+      const ModelConfig config = MakeConfig(64, 32, 5, ratios, sources, 2, 256);
+      for (KvProfile profile : {KvProfile::kSeed, KvProfile::kCompact, KvProfile::kPacked}) {
+        for (int32_t block : {2, 4, 8}) {
+          for (bool dspark : {false, true}) {
+            const CachePlan plan = Plan(config, profile, dspark, dspark ? 3 : 0, block);
+            const int32_t num_slots = std::max<int32_t>(1, sources.size());
+            ASSERT_EQ(plan.num_slots(), num_slots) << "pattern " << code;
+            const bool has_ring = std::count(ratios.begin(), ratios.end(), 2) > 0;
+            const size_t num_groups = (sources.empty() ? 0 : 1) + (has_ring ? 1 : 0) +
+                                      (num_layers + num_slots - 1) / num_slots +
+                                      (dspark ? (2 + num_slots - 1) / num_slots : 0);
+            EXPECT_EQ(plan.groups.size(), num_groups) << "pattern " << code;
+            std::vector<int32_t> swa_count(num_layers, 0);
+            size_t total = 0;
+            for (const CacheSlot& slot : plan.slots) {
+              size_t max_end = 0;
+              for (size_t i = 0; i < slot.members.size(); ++i) {
+                const SlotMember& a = slot.members[i];
+                max_end = std::max(max_end, a.end_bytes());
+                if (a.kind == SlotMemberKind::kSwa) ++swa_count[a.layer];
+                for (size_t j = i + 1; j < slot.members.size(); ++j) {
+                  const SlotMember& b = slot.members[j];
+                  if (a.group_idx != b.group_idx) continue;
+                  EXPECT_TRUE(a.end_bytes() <= b.offset_bytes || b.end_bytes() <= a.offset_bytes)
+                      << "pattern " << code << " slot " << slot.slot_idx;
+                }
+              }
+              EXPECT_EQ(slot.page_bytes, max_end);
+              total += slot.page_bytes;
+            }
+            EXPECT_EQ(plan.bytes_per_block_id, total);
+            EXPECT_THAT(swa_count, ::testing::Each(1)) << "pattern " << code;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(CachePlanTest, RejectsBlockSizeNotMultipleOfRatio) {
@@ -471,6 +527,26 @@ TEST(CachePlanTest, NoRingWithoutRatioTwoSources) {
   EXPECT_EQ(plan.ring_group_idx, -1);
   EXPECT_EQ(plan.rows.ring_rows, 0);
   EXPECT_EQ(plan.groups.size(), 1u + 4u + 1u);  // kv, 4 SWA, draft
+}
+
+// Two slots, three DSpark stages: stage j in slot j mod 2 and group j div 2, so no block id
+// addresses two stages' pages in one slot (serving.md §3.3's single G_DRAFT assumes stages ≤
+// slots).
+TEST(CachePlanTest, MoreStagesThanSlotsSplitDraftGroups) {
+  const ModelConfig config = MakeConfig(64, 32, 8, {0, 2, 2, 1}, {1, 3}, 3, 1024);
+  const CachePlan plan = Plan(config, KvProfile::kSeed, true, 0, 16);
+  ASSERT_EQ(plan.num_draft_groups(), 2);
+  const CacheGroup& draft0 = plan.groups[plan.draft_group_idx[0]];
+  const CacheGroup& draft1 = plan.groups[plan.draft_group_idx[1]];
+  EXPECT_EQ(draft0.name, "draft_0");
+  EXPECT_THAT(draft0.layers, ElementsAre(0, 1));
+  EXPECT_THAT(draft0.slots, ElementsAre(0, 1));
+  EXPECT_EQ(draft1.name, "draft_1");
+  EXPECT_THAT(draft1.layers, ElementsAre(2));
+  EXPECT_THAT(draft1.slots, ElementsAre(0));
+  // kv, ring, 2 SWA groups, 2 draft groups; at L = 1000: 63 + 1 + 4 × 2 ids.
+  EXPECT_EQ(plan.groups.size(), 6u);
+  EXPECT_EQ(PeakRequestBlockNeed(plan, 1000, 1).total(), 63 + 1 + 4 * 2);
 }
 
 TEST(CachePlanTest, RejectsDsparkWithoutStages) {
@@ -541,7 +617,7 @@ TEST(CachePlanTest, JsonAndDescriptionCarryThePlan) {
   EXPECT_EQ(json["slots"][3]["source_layer"], 20);
   EXPECT_EQ(json["slots"][0]["members"][1]["offset_bytes"], 65536);
   EXPECT_EQ(json["groups"].size(), 13u);
-  EXPECT_EQ(json["groups"][12]["name"], "draft");
+  EXPECT_EQ(json["groups"][12]["name"], "draft_0");
   const std::string text = DescribeCachePlan(plan);
   EXPECT_THAT(text, HasSubstr("bytes per block id: 540928 (528.25 KiB)"));
   EXPECT_THAT(
