@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/json.h"
@@ -16,6 +17,8 @@ struct YarnConfig {
   int64_t original_max_position_embeddings = 0;  // 0 = no YaRN
   double beta_fast = 32.0;
   double beta_slow = 1.0;
+
+  bool operator==(const YarnConfig&) const = default;
 };
 
 // How the checkpoint stores its linear weights (model.md §1.3).
@@ -27,6 +30,8 @@ struct QuantizationConfig {
   int32_t weight_block_cols = 32;  // weight_block_size[1]
   std::string scale_fmt;           // "ue8m0"
   std::string expert_dtype;        // "fp4" or "" (experts stored like dense weights)
+
+  bool operator==(const QuantizationConfig&) const = default;
 };
 
 enum class ScoringFunc { kSqrtSoftplus, kSoftmax, kSigmoid };
@@ -97,8 +102,11 @@ struct ModelConfig {
   int32_t bos_token_id = 0;
   int32_t eos_token_id = 1;
   int32_t pad_token_id = 2;
+  int32_t image_token_id = -1;  // top-level `image_token_id`; < 0: absent
 
   QuantizationConfig quantization;
+
+  bool operator==(const ModelConfig&) const = default;
 
   // Derived constants (model.md §1.5).
   int32_t nope_dim() const { return head_dim - qk_rope_head_dim; }
@@ -110,25 +118,37 @@ struct ModelConfig {
   int32_t n_hash_cols() const { return (engram_max_ngram_size - 1) * engram_n_heads; }
   int32_t engram_in() const { return n_hash_cols() * engram_head_dim; }
   int32_t engram_out() const { return hidden_size * (hc_mult + 1); }
-  int32_t dspark_in() const { return static_cast<int32_t>(dspark_target_layer_ids.size()) * hidden_size; }
+  int32_t dspark_in() const {
+    return static_cast<int32_t>(dspark_target_layer_ids.size()) * hidden_size;
+  }
   int32_t confidence_in() const { return hidden_size + dspark_markov_rank; }
 };
 
 // Builds a ModelConfig from parsed JSON: `config_json` is config.json (composite or bare text
-// config) or null; `inference_json` is inference/config.json (flat reference names) or null. At least
-// one must be given; fields present in both must agree. Applies the defaults of model.md §1.6 and
-// then validates (ValidateConfig). Errors name the field and the file.
-Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* inference_json);
+// config) or null; `inference_json` is inference/config.json (flat reference names) or null. At
+// least one must be given; fields present in both must agree. Every field is looked up under all of
+// its spellings (model.md §1.2) in both files; JSON null counts as absent. Applies the defaults of
+// model.md §1.6 and then validates (ValidateConfig). Errors are InvalidArgument naming the file and
+// the field, e.g. "config.json: text_config.hidden_size: want an integer, got string \"256\"".
+// `inference_name` is how errors name the second file.
+Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* inference_json,
+                                     std::string_view inference_name = "inference/config.json");
 
 // Reads `dir`/config.json and/or `dir`/inference/config.json (also `inference_config.json`).
 Result<ModelConfig> LoadModelConfig(const std::string& dir);
 
 // Every validation rule of model.md §1.6 except the token-map class count (checked where the map is
-// built). InvalidArgument naming the field and why.
+// built), plus the sizes the inventory needs (positive dimensions, supported quantisation). Returns
+// the first violation as InvalidArgument "<HF field name>: <why>"; logs a warning when the YaRN
+// product differs from max_position_embeddings.
 Status ValidateConfig(const ModelConfig& config);
 
 // Writes the config as a composite HF config.json (top level + text_config +
-// quantization_config when quantized), and as the flat inference/config.json.
+// quantization_config when quantized; no vision_config), and as the flat inference/config.json,
+// with the field order of the release. compress_ratios are written with the DSpark stages' zeros
+// (n + num_nextn_predict_layers entries). ParseModelConfig of either output gives `config` back
+// (the inference form carries HF-only fields such as norm_topk_prob only when they differ from
+// the defaults, and expresses quantisation only as dtype/expert_dtype).
 OrderedJson ConfigToHfJson(const ModelConfig& config);
 OrderedJson ConfigToInferenceJson(const ModelConfig& config);
 

@@ -47,8 +47,8 @@ struct LayerRole {
 };
 
 struct LayerPlan {
-  std::vector<LayerRole> layers;     // backbone layers 0..n-1
-  int32_t num_dspark_stages = 0;     // mtp.0..: SWA-only, main RoPE
+  std::vector<LayerRole> layers;  // backbone layers 0..n-1
+  int32_t num_dspark_stages = 0;  // mtp.0..: SWA-only, main RoPE
 };
 
 // Derives the plan (model.md §2.1). The config must be valid (ValidateConfig).
