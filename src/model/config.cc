@@ -148,6 +148,9 @@ constexpr std::string_view kRequiredFields[] = {
     "num_experts_per_tok",
 };
 
+// Far above any real model; keeps a hostile config from sizing per-layer lists in the billions.
+constexpr int32_t kMaxLayers = 4096;
+
 // Keys that are known but not read into ModelConfig fields (no debug log for them).
 constexpr std::string_view kOtherKnownKeys[] = {
     "architectures",        "model_type",          "dtype",           "torch_dtype",
@@ -567,13 +570,18 @@ Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* infere
     }
   }
 
+  // The per-layer lists below are sized from these counts: bound them before building any.
+  if (config.num_hidden_layers < 1 || config.num_hidden_layers > kMaxLayers) {
+    return InvalidArgumentError("%s: %d; want 1..%d", where_by_field["num_hidden_layers"].c_str(),
+                                config.num_hidden_layers, kMaxLayers);
+  }
+  if (config.num_nextn_predict_layers < 0 || config.num_nextn_predict_layers > kMaxLayers) {
+    return InvalidArgumentError("%s: %d; want 0..%d",
+                                where_by_field["num_nextn_predict_layers"].c_str(),
+                                config.num_nextn_predict_layers, kMaxLayers);
+  }
   {
     const std::vector<Found> found = FindAll(sources, {"compress_ratios"});
-    if (config.num_nextn_predict_layers < 0) {
-      return InvalidArgumentError("%s: %d, want >= 0",
-                                  where_by_field["num_nextn_predict_layers"].c_str(),
-                                  config.num_nextn_predict_layers);
-    }
     for (size_t i = 0; i < found.size(); ++i) {
       DSV41_ASSIGN_OR_RETURN(
           std::vector<int32_t> ratios,

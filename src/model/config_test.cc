@@ -319,6 +319,14 @@ TEST(ConfigTest, TypeErrorsNameFileAndField) {
   EXPECT_THAT(ParseError(bad_quant), HasSubstr("quantization_config.weight_block_size: want 2"));
 }
 
+TEST(ConfigTest, AbsurdLayerCountIsRejectedBeforeSizingLists) {
+  const Json hf = ReleasedHf([](Json&, Json& text) {
+    text["num_hidden_layers"] = 2000000000;
+    text.erase("compress_ratios");
+  });
+  EXPECT_EQ(ParseError(hf), "config.json: text_config.num_hidden_layers: 2000000000; want 1..4096");
+}
+
 TEST(ConfigTest, MissingRequiredFieldIsRejected) {
   const Json hf = ReleasedHf([](Json&, Json& text) { text.erase("hidden_size"); });
   EXPECT_EQ(ParseError(hf),
