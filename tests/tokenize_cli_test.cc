@@ -1,0 +1,110 @@
+// Runs the `dsv41 tokenize` and `dsv41 token-map` binaries on golden inputs (tokenizer-and-chat.md
+// §3, model.md §9.2) and compares their stdout with the goldens.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/json.h"
+#include "base/mapped_file.h"
+
+namespace dsv41 {
+namespace {
+
+const std::string kSharedDir = DSV41_SHARED_DIR;
+const std::string kBinary = DSV41_BINARY;
+const std::string kTokenizerDir = kSharedDir + "/data/deepseek-v3-tokenizer";
+
+struct RunResult {
+  std::string out;
+  int exit_code = -1;
+};
+
+RunResult RunCommand(const std::string& command) {
+  RunResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+TEST(TokenizeCliTest, PrintsGoldenIdsAndDecodedTextPerLine) {
+  std::ifstream golden_file(kSharedDir + "/goldens/tokenizer/deepseek_v3_encode.jsonl");
+  std::vector<std::string> golden;
+  std::string line;
+  while (golden.size() < 40 && std::getline(golden_file, line)) golden.push_back(line);
+  ASSERT_EQ(golden.size(), 40u);
+  const std::string input_path = testing::TempDir() + "/tokenize_cli_input.jsonl";
+  {
+    std::ofstream input(input_path);
+    for (const std::string& g : golden) input << g << "\n";  // extra members are ignored
+  }
+  const RunResult run =
+      RunCommand(kBinary + " tokenize --model " + kTokenizerDir + " < " + input_path);
+  EXPECT_EQ(run.exit_code, 0);
+  const std::vector<std::string> out = Lines(run.out);
+  ASSERT_EQ(out.size(), golden.size());
+  for (size_t i = 0; i < golden.size(); ++i) {
+    auto want = ParseJson(golden[i], "golden");
+    auto got = ParseJson(out[i], "stdout");
+    ASSERT_TRUE(want.ok() && got.ok()) << out[i];
+    EXPECT_EQ((*got)["ids"], (*want)["ids"]) << "line " << i + 1;
+    EXPECT_EQ((*got)["decoded"], (*want)["decoded"]) << "line " << i + 1;
+  }
+}
+
+TEST(TokenizeCliTest, BadLineIsReportedByNumberOthersStillAnsweredExitOne) {
+  const std::string input_path = testing::TempDir() + "/tokenize_cli_bad.jsonl";
+  {
+    std::ofstream input(input_path);
+    input << R"({"text": "a"})"
+          << "\n"
+          << "not json\n"
+          << R"({"text": "b"})"
+          << "\n";
+  }
+  const RunResult run = RunCommand(kBinary + " tokenize --tokenizer " + kTokenizerDir +
+                                   "/tokenizer.json < " + input_path + " 2>/dev/null");
+  EXPECT_EQ(run.exit_code, 1);
+  const std::vector<std::string> out = Lines(run.out);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0], R"({"ids":[67],"decoded":"a"})");  // "a" is id 67 in the V3 vocab
+  EXPECT_NE(out[1].find("stdin line 2"), std::string::npos) << out[1];
+  EXPECT_EQ(out[2], R"({"ids":[68],"decoded":"b"})");
+}
+
+TEST(TokenizeCliTest, MissingTokenizerFlagIsAUsageError) {
+  EXPECT_EQ(RunCommand(kBinary + " tokenize < /dev/null 2>/dev/null").exit_code, 2);
+}
+
+TEST(TokenMapCliTest, WritesTheGoldenMapAndPrintsTheClassCount) {
+  const std::string out_path = testing::TempDir() + "/token_map_cli.i32";
+  const RunResult run =
+      RunCommand(kBinary + " token-map --model " + kTokenizerDir + " --out " + out_path);
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.out, "98627\n");
+  auto written = ReadFileToString(out_path);
+  auto golden =
+      ReadFileToString(kSharedDir + "/goldens/tokenizer/deepseek_v3_engram_token_map.i32");
+  ASSERT_TRUE(written.ok() && golden.ok());
+  EXPECT_TRUE(*written == *golden);
+}
+
+}  // namespace
+}  // namespace dsv41
