@@ -24,8 +24,14 @@ int main(int argc, char** argv) {
     std::error_code ec;
     const std::filesystem::path arg(argv[i]);
     if (std::filesystem::is_directory(arg, ec)) {
-      for (const auto& entry : std::filesystem::directory_iterator(arg, ec)) {
-        if (entry.is_regular_file(ec)) files.push_back(entry.path().string());
+      // increment(ec) instead of a range-for: the iterator's operator++ throws on errors.
+      for (std::filesystem::directory_iterator it(arg, ec), end; !ec && it != end;
+           it.increment(ec)) {
+        if (it->is_regular_file(ec)) files.push_back(it->path().string());
+      }
+      if (ec) {
+        std::fprintf(stderr, "%s: cannot list: %s\n", argv[i], ec.message().c_str());
+        return 1;
       }
     } else if (std::filesystem::is_regular_file(arg, ec)) {
       files.push_back(arg.string());

@@ -189,11 +189,11 @@ Status ShardedCheckpointWriter::Add(std::string name, DType dtype, Shape shape,
 
 Status ShardedCheckpointWriter::Add(std::string name, DType dtype, Shape shape,
                                     TensorBytesFn write) {
+  DSV41_RETURN_IF_ERROR(CheckTensorName(name));
   if (index_by_name_.count(name) != 0) {
     return InvalidArgumentError("tensor '%s' added twice", name.c_str());
   }
-  // The per-shard SafetensorsWriter validates the rest (name, shape, source) when it is filled;
-  // check the size here since sharding needs it.
+  if (!write) return InvalidArgumentError("tensor '%s': no byte source", name.c_str());
   const std::optional<uint64_t> num_bytes = TensorBytes(dtype, shape);
   if (!num_bytes || *num_bytes > UINT64_MAX - total_bytes_) {
     return InvalidArgumentError("tensor '%s': shape has a negative dimension or is too large",
@@ -270,7 +270,6 @@ Status ShardedCheckpointWriter::Finish(const ProgressFn& progress) {
       weight_map[t.name] = shard_name;
       const uint64_t num_bytes = t.num_bytes;
       TensorBytesFn counted = [&, inner = std::move(t.write), num_bytes](const ByteSink& sink) {
-        if (!inner) return InvalidArgumentError("no byte source");
         DSV41_RETURN_IF_ERROR(inner(sink));
         written_bytes += num_bytes;
         if (progress && !progress(Progress{writing_stage, written_bytes, total_bytes_, "bytes"})) {

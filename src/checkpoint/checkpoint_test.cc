@@ -247,6 +247,17 @@ TEST_F(CheckpointTest, GetOfUnknownTensorNamesIt) {
   EXPECT_FALSE(checkpoint->Find("nope").has_value());
 }
 
+TEST(ShardedCheckpointWriterTest, RejectsBadTensorsWhenAdded) {
+  ShardedCheckpointWriter writer("unused", ShardingOptions{});
+  ASSERT_TRUE(writer.Add("w", DType::kU8, {2}, Pattern(2, 0)).ok());
+  EXPECT_EQ(writer.Add("w", DType::kU8, {2}, Pattern(2, 0)).message(), "tensor 'w' added twice");
+  EXPECT_EQ(writer.Add("", DType::kU8, {1}, Pattern(1, 0)).message(), "tensor name is empty");
+  EXPECT_THAT(writer.Add("v", DType::kF32, {2}, Pattern(7, 0)).message(),
+              HasSubstr("tensor 'v': shape × 4 B = 8 B, got 7 B"));
+  EXPECT_THAT(writer.Add("s", DType::kF32, {2}, TensorBytesFn()).message(),
+              HasSubstr("tensor 's': no byte source"));
+}
+
 TEST_F(CheckpointTest, ProgressReturningFalseCancelsOpenAndFinish) {
   WriteU8Tensors({4, 4}, ShardingOptions{.num_shards = 2});
   EXPECT_FALSE(Checkpoint::Open(dir_, [](const Progress&) { return false; }).ok());

@@ -166,6 +166,16 @@ struct FileCloser {
 
 }  // namespace
 
+Status CheckTensorName(std::string_view name) {
+  if (name.empty()) return InvalidArgumentError("tensor name is empty");
+  if (name == kMetadataKey) return InvalidArgumentError("'__metadata__' is not a tensor name");
+  if (!IsValidUtf8(name)) {
+    return InvalidArgumentError("tensor name '%.*s' is not UTF-8", static_cast<int>(name.size()),
+                                name.data());
+  }
+  return OkStatus();
+}
+
 std::optional<uint64_t> TensorBytes(DType dtype, const Shape& shape) {
   const std::optional<uint64_t> num_elements = NumElements(shape);
   if (!num_elements) return std::nullopt;
@@ -293,10 +303,7 @@ Status SafetensorsWriter::Add(std::string name, DType dtype, Shape shape,
 }
 
 Status SafetensorsWriter::Add(std::string name, DType dtype, Shape shape, TensorBytesFn write) {
-  if (name.empty()) return InvalidArgumentError("tensor name is empty");
-  if (name == kMetadataKey) return InvalidArgumentError("'__metadata__' is not a tensor name");
-  if (!IsValidUtf8(name))
-    return InvalidArgumentError("tensor name '%s' is not UTF-8", name.c_str());
+  DSV41_RETURN_IF_ERROR(CheckTensorName(name));
   if (index_by_name_.count(name) != 0) {
     return InvalidArgumentError("tensor '%s' added twice", name.c_str());
   }

@@ -131,6 +131,10 @@ class SafetensorsWriter {
   uint64_t data_bytes_ = 0;
 };
 
+// Ok when `name` can name a tensor in a safetensors header: non-empty UTF-8, not `__metadata__`;
+// else InvalidArgument naming it.
+Status CheckTensorName(std::string_view name);
+
 // Byte size of a tensor of `shape` and `dtype`; nullopt when a dimension is negative or the size
 // overflows uint64_t.
 std::optional<uint64_t> TensorBytes(DType dtype, const Shape& shape);
