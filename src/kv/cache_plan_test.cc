@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/json.h"
+#include "base/status.h"
 #include "model/config.h"
 #include "model/layer_plan.h"
 
@@ -17,8 +19,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// The fields of the released config (model.md §1.2) that the planner reads, and the matching
-// layer roles (model.md §2.1), built by hand.
+// A config with the fields the planner reads (model.md §1.2 names); the rest keep their defaults.
 ModelConfig MakeConfig(int32_t head_dim, int32_t index_head_dim, int32_t sliding_window,
                        std::vector<int32_t> ratios, std::vector<int32_t> kv_sources,
                        int32_t num_stages, int64_t max_positions) {
@@ -29,30 +30,10 @@ ModelConfig MakeConfig(int32_t head_dim, int32_t index_head_dim, int32_t sliding
   config.index_head_dim = index_head_dim;
   config.sliding_window = sliding_window;
   config.compress_ratios = std::move(ratios);
-  config.kv_source_layer_ids = std::move(kv_sources);
+  config.kv_source_layer_ids = kv_sources;
+  config.index_source_layer_ids = std::move(kv_sources);
   config.max_position_embeddings = max_positions;
   return config;
-}
-
-LayerPlan MakeLayerPlan(const ModelConfig& config) {
-  LayerPlan plan;
-  for (int32_t l = 0; l < config.num_hidden_layers; ++l) {
-    LayerRole role;
-    role.layer = l;
-    role.ratio = config.compress_ratios[l];
-    role.is_kv_source =
-        std::count(config.kv_source_layer_ids.begin(), config.kv_source_layer_ids.end(), l) > 0;
-    plan.layers.push_back(role);
-  }
-  plan.num_dspark_stages = config.num_nextn_predict_layers;
-  return plan;
-}
-
-ModelConfig ReleaseConfig() {
-  std::vector<int32_t> ratios = {0, 0};
-  ratios.insert(ratios.end(), 18, 2);
-  ratios.insert(ratios.end(), 20, 1);
-  return MakeConfig(512, 128, 128, ratios, {2, 8, 14, 20}, 3, 1048576);
 }
 
 // checkpoint.md §8.2 "tiny-v41": 10 layers, head_dim 64, index_head_dim 32, window 8.
@@ -67,7 +48,7 @@ CachePlan Plan(const ModelConfig& config, KvProfile profile, bool dspark = false
   options.profile = profile;
   options.dspark = dspark;
   options.num_speculative_tokens = spec;
-  Result<CachePlan> plan = PlanCache(config, MakeLayerPlan(config), options);
+  Result<CachePlan> plan = PlanCache(config, PlanLayers(config), options);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
   return plan.ok() ? std::move(plan).value() : CachePlan{};
 }
@@ -86,18 +67,18 @@ const SlotMember* FindMember(const CacheSlot& slot, SlotMemberKind kind) {
 }
 
 Status PlanStatus(const ModelConfig& config, const CachePlanOptions& options) {
-  return PlanCache(config, MakeLayerPlan(config), options).status();
+  return PlanCache(config, PlanLayers(config), options).status();
 }
 
 // serving.md §3.5 table, seed profile, B = 128.
 TEST(CachePlanTest, SeedReleasePagesMatchServingSpec) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed);
   EXPECT_THAT(PageBytes(plan), ElementsAre(131072, 131072, 131072, 147712));
   EXPECT_EQ(plan.bytes_per_block_id, 540928u);
 }
 
 TEST(CachePlanTest, SeedReleaseSlotsFollowKvSources) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed);
   ASSERT_EQ(plan.num_slots(), 4);
   const int32_t sources[] = {2, 8, 14, 20};
   const int32_t ratios[] = {2, 2, 2, 1};
@@ -112,10 +93,22 @@ TEST(CachePlanTest, SeedReleaseSlotsFollowKvSources) {
   }
 }
 
+// The released HF config.json as shipped, parsed by the model layer, gives the same plan.
+TEST(CachePlanTest, ReleasedConfigJsonGivesSpecPages) {
+  Result<Json> json =
+      ReadJsonFile(std::string(DSV41_SOURCE_ROOT) + "/src/model/testdata/released_config.json");
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  Result<ModelConfig> config = ParseModelConfig(&*json, nullptr);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const CachePlan plan = Plan(*config, KvProfile::kSeed);
+  EXPECT_THAT(PageBytes(plan), ElementsAre(131072, 131072, 131072, 147712));
+  EXPECT_EQ(plan.bytes_per_block_id, 540928u);
+}
+
 // serving.md §3.5 offsets: slots 0–2 KV 0, index 65,536, 2-byte region 73,728; slot 3 KV 0,
 // index 131,072, 2-byte region 147,456. Sizes: 64 × 1024, 64 × 128, 64 × 2 (and × 128 rows).
 TEST(CachePlanTest, SeedReleaseMemberOffsetsMatchServingSpec) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed);
   const size_t index_offset[] = {65536, 65536, 65536, 131072};
   const size_t tail_offset[] = {73728, 73728, 73728, 147456};
   for (int32_t s = 0; s < 4; ++s) {
@@ -141,7 +134,7 @@ TEST(CachePlanTest, SeedReleaseMemberOffsetsMatchServingSpec) {
 // Ring (32 × 4096 B) and SWA (128 × 1024 B) members alias at offset 0; the ratio-1 slot has no
 // ring.
 TEST(CachePlanTest, SeedReleaseAliasedMembersStartAtZero) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed, /*dspark=*/true);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed, /*dspark=*/true);
   for (const CacheSlot& slot : plan.slots) {
     SCOPED_TRACE(slot.slot_idx);
     const SlotMember* ring = FindMember(slot, SlotMemberKind::kRing);
@@ -169,7 +162,7 @@ TEST(CachePlanTest, SeedReleaseAliasedMembersStartAtZero) {
 // serving.md §3.5: compact 131,072 × 3 + 139,776 = 532,992 (index rows 64 + 4 = 68 B:
 // 65,536 + 64 × 68 = 69,888 < 131,072; 131,072 + 128 × 68 = 139,776).
 TEST(CachePlanTest, CompactReleaseMatchesServingSpec) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kCompact);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kCompact);
   EXPECT_EQ(plan.rows.index_row_bytes, 68u);
   EXPECT_THAT(PageBytes(plan), ElementsAre(131072, 131072, 131072, 139776));
   EXPECT_EQ(plan.bytes_per_block_id, 532992u);
@@ -179,7 +172,7 @@ TEST(CachePlanTest, CompactReleaseMatchesServingSpec) {
 // index 68, SWA 512 + 16 = 528; SWA member 128 × 528 = 67,584; ring max(8, next_pow2(5 + 2)) = 8
 // rows × 4096 = 32,768; KV+index 64 × 356 = 22,784 and 128 × 356 = 45,568.
 TEST(CachePlanTest, PackedReleaseWithDsparkUsesEightRowRing) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kPacked, /*dspark=*/true, /*spec=*/5);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kPacked, /*dspark=*/true, /*spec=*/5);
   EXPECT_EQ(plan.rows.kv_row_bytes, 288u);
   EXPECT_EQ(plan.rows.index_row_bytes, 68u);
   EXPECT_EQ(plan.rows.swa_row_bytes, 528u);
@@ -190,7 +183,7 @@ TEST(CachePlanTest, PackedReleaseWithDsparkUsesEightRowRing) {
 
 // Without speculation the packed ring is also 8 rows (max(8, next_pow2(2))).
 TEST(CachePlanTest, PackedReleaseWithoutSpeculationUsesEightRowRing) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kPacked);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kPacked);
   EXPECT_EQ(plan.rows.ring_rows, 8);
   EXPECT_EQ(plan.bytes_per_block_id, 270336u);
 }
@@ -200,28 +193,28 @@ TEST(CachePlanTest, PackedReleaseWithoutSpeculationUsesEightRowRing) {
 TEST(CachePlanTest, PackedReleaseWithThirtyTwoRowRing) {
   for (int32_t spec : {15, 30}) {
     SCOPED_TRACE(spec);
-    const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kPacked, /*dspark=*/true, spec);
+    const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kPacked, /*dspark=*/true, spec);
     EXPECT_EQ(plan.rows.ring_rows, 32);
     EXPECT_THAT(PageBytes(plan), ElementsAre(131072, 131072, 131072, 67584));
     EXPECT_EQ(plan.bytes_per_block_id, 460800u);
   }
   // 14 + 2 = 16 rows: 65,536 < the SWA member, so the page stays 67,584.
-  const CachePlan plan16 = Plan(ReleaseConfig(), KvProfile::kPacked, /*dspark=*/true, 14);
+  const CachePlan plan16 = Plan(ReleasedConfig(), KvProfile::kPacked, /*dspark=*/true, 14);
   EXPECT_EQ(plan16.rows.ring_rows, 16);
   EXPECT_EQ(plan16.bytes_per_block_id, 270336u);
 }
 
 // serving.md §3.3: 12 groups (G_KV, G_RING, 10 SWA) without DSpark, 13 with it.
 TEST(CachePlanTest, ReleaseGroupCounts) {
-  EXPECT_EQ(Plan(ReleaseConfig(), KvProfile::kSeed).groups.size(), 12u);
-  EXPECT_EQ(Plan(ReleaseConfig(), KvProfile::kSeed, /*dspark=*/true).groups.size(), 13u);
-  EXPECT_EQ(Plan(ReleaseConfig(), KvProfile::kPacked, /*dspark=*/true, 5).groups.size(), 13u);
+  EXPECT_EQ(Plan(ReleasedConfig(), KvProfile::kSeed).groups.size(), 12u);
+  EXPECT_EQ(Plan(ReleasedConfig(), KvProfile::kSeed, /*dspark=*/true).groups.size(), 13u);
+  EXPECT_EQ(Plan(ReleasedConfig(), KvProfile::kPacked, /*dspark=*/true, 5).groups.size(), 13u);
 }
 
 // serving.md §3.3: group k = layers 4k..4k+3 in slots 0..3 (the transpose); DSpark stages 0–2 in
 // slots 0–2; the ring only for the ratio-2 sources.
 TEST(CachePlanTest, ReleaseGroupMembersAreTheTranspose) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed, /*dspark=*/true);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed, /*dspark=*/true);
   ASSERT_EQ(plan.num_swa_groups(), 10);
   const CacheGroup& kv = plan.groups[plan.kv_group_idx];
   EXPECT_EQ(kv.name, "kv");
@@ -249,17 +242,17 @@ TEST(CachePlanTest, ReleaseGroupMembersAreTheTranspose) {
 // Amortised: 540,928 / 128 = 4,226 B per token. Payload: (3 × 73,856 + 147,712) / 128 = 2,885;
 // packed: (3 × 22,784 + 45,568) / 128 = 890, the model card's figure (model.md §7.10).
 TEST(CachePlanTest, BytesPerToken) {
-  const CachePlan seed = Plan(ReleaseConfig(), KvProfile::kSeed);
+  const CachePlan seed = Plan(ReleasedConfig(), KvProfile::kSeed);
   EXPECT_EQ(seed.KvBytesPerToken(), 4226.0);
   EXPECT_EQ(seed.PayloadBytesPerToken(), 2885.0);
-  const CachePlan packed = Plan(ReleaseConfig(), KvProfile::kPacked);
+  const CachePlan packed = Plan(ReleasedConfig(), KvProfile::kPacked);
   EXPECT_EQ(packed.PayloadBytesPerToken(), 890.0);
 }
 
 // serving.md §3.7 (release, DSpark on, seed): ceil(L/128) + 1 + 10·2 + 2 ids; 4K → 55 (28 MiB),
 // 128K → 1,047 (540 MiB), 1M → 8,215 (4.14 GiB). Plain decode steps of one token.
 TEST(CachePlanTest, PerRequestNeedMatchesServingSpecExamples) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed, /*dspark=*/true);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed, /*dspark=*/true);
   const RequestBlockNeed need4k = PeakRequestBlockNeed(plan, 4096, 1);
   EXPECT_EQ(need4k.kv_ids, 32);
   EXPECT_EQ(need4k.ring_ids, 1);
@@ -279,7 +272,7 @@ TEST(CachePlanTest, PerRequestNeedMatchesServingSpecExamples) {
 // alignment (start at row 127) they touch 3 blocks, so each SWA group and G_DRAFT need 3 ids:
 // 32 + 1 + 11 × 3 = 66 at 4K.
 TEST(CachePlanTest, VerifyStepsNeedThreeIdsPerWindowGroup) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed, /*dspark=*/true, /*spec=*/5);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed, /*dspark=*/true, /*spec=*/5);
   EXPECT_EQ(DecodeStepTokens(plan), 6);
   EXPECT_EQ(PeakRequestBlockNeed(plan, 4096, 6).total(), 66);
   EXPECT_EQ(FixedBlocksPerRequest(plan, 6), 34);
@@ -290,7 +283,7 @@ TEST(CachePlanTest, VerifyStepsNeedThreeIdsPerWindowGroup) {
 // worst case is one less when (C + W − 1) mod B = 1: C = 2 keeps 129 positions, which at worst
 // start at row 127 and end at row 127 of the next block (2 blocks); C = 3 keeps 130 (3 blocks).
 TEST(CachePlanTest, ChunkWindowNeedIsTheExactWorstCase) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed);
   EXPECT_EQ(PeakRequestBlockNeed(plan, 1 << 20, 2).swa_ids_per_group, 2);
   EXPECT_EQ(PeakRequestBlockNeed(plan, 1 << 20, 3).swa_ids_per_group, 3);
   EXPECT_EQ(PeakRequestBlockNeed(plan, 1 << 20, 512).swa_ids_per_group, 6);  // 639 positions
@@ -298,7 +291,7 @@ TEST(CachePlanTest, ChunkWindowNeedIsTheExactWorstCase) {
 
 // Short requests never hold more window blocks than they have positions: L = 100 fits in one block.
 TEST(CachePlanTest, ShortRequestNeedsOneWindowBlock) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed);
   const RequestBlockNeed need = PeakRequestBlockNeed(plan, 100, 1);
   EXPECT_EQ(need.swa_ids_per_group, 1);
   EXPECT_EQ(need.total(), 1 + 1 + 10);
@@ -491,14 +484,14 @@ TEST(CachePlanTest, LayoutInvariantsHoldForSmallConfigs) {
 TEST(CachePlanTest, RejectsBlockSizeNotMultipleOfRatio) {
   CachePlanOptions options;
   options.block_tokens = 127;
-  const Status status = PlanStatus(ReleaseConfig(), options);
+  const Status status = PlanStatus(ReleasedConfig(), options);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("block_tokens 127"));
   EXPECT_THAT(status.message(), HasSubstr("compress_ratios[2] = 2"));
   options.block_tokens = 0;
-  EXPECT_THAT(PlanStatus(ReleaseConfig(), options).message(), HasSubstr("block_tokens 0"));
+  EXPECT_THAT(PlanStatus(ReleasedConfig(), options).message(), HasSubstr("block_tokens 0"));
   options.block_tokens = 2;  // a multiple of 2 and 1
-  EXPECT_TRUE(PlanStatus(ReleaseConfig(), options).ok());
+  EXPECT_TRUE(PlanStatus(ReleasedConfig(), options).ok());
 }
 
 // serving.md §3.6: ring_rows ≥ spec + 2, so the 32-row seed ring takes at most 30.
@@ -506,18 +499,18 @@ TEST(CachePlanTest, RejectsTooManySpeculativeTokensForRing) {
   CachePlanOptions options;
   options.dspark = true;
   options.num_speculative_tokens = 30;
-  EXPECT_TRUE(PlanStatus(ReleaseConfig(), options).ok());
+  EXPECT_TRUE(PlanStatus(ReleasedConfig(), options).ok());
   options.num_speculative_tokens = 31;
-  const Status status = PlanStatus(ReleaseConfig(), options);
+  const Status status = PlanStatus(ReleasedConfig(), options);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("num_speculative_tokens 31"));
   EXPECT_THAT(status.message(), HasSubstr("32"));
   options.profile = KvProfile::kCompact;
-  EXPECT_FALSE(PlanStatus(ReleaseConfig(), options).ok());
+  EXPECT_FALSE(PlanStatus(ReleasedConfig(), options).ok());
   options.profile = KvProfile::kPacked;  // sizes its ring from spec
-  EXPECT_TRUE(PlanStatus(ReleaseConfig(), options).ok());
+  EXPECT_TRUE(PlanStatus(ReleasedConfig(), options).ok());
   options.num_speculative_tokens = -1;
-  EXPECT_FALSE(PlanStatus(ReleaseConfig(), options).ok());
+  EXPECT_FALSE(PlanStatus(ReleasedConfig(), options).ok());
 }
 
 // Without a ratio-2 source there is no ring, so speculation is not limited by it.
@@ -559,11 +552,11 @@ TEST(CachePlanTest, RejectsDsparkWithoutStages) {
 }
 
 TEST(CachePlanTest, RejectsLayerPlanThatDisagreesWithConfig) {
-  const ModelConfig config = ReleaseConfig();
-  LayerPlan layer_plan = MakeLayerPlan(config);
+  const ModelConfig config = ReleasedConfig();
+  LayerPlan layer_plan = PlanLayers(config);
   layer_plan.layers.pop_back();
   EXPECT_FALSE(PlanCache(config, layer_plan, CachePlanOptions{}).ok());
-  layer_plan = MakeLayerPlan(config);
+  layer_plan = PlanLayers(config);
   layer_plan.layers[8].is_kv_source = false;
   const Status status = PlanCache(config, layer_plan, CachePlanOptions{}).status();
   EXPECT_THAT(status.message(), HasSubstr("kv_source_layer_ids"));
@@ -583,7 +576,7 @@ TEST(CachePlanTest, PackedRejectsWidthsItCannotPack) {
 // serving.md §3.8: N = floor(budget / bytes_per_block_id). With DSpark and 1-token decode the
 // need is ceil(L/128) + 23, so 1,047 ids hold 131,072 tokens and not one more.
 TEST(CachePlanTest, SizePoolFindsLongestFittingRequest) {
-  const ModelConfig config = ReleaseConfig();
+  const ModelConfig config = ReleasedConfig();
   const CachePlan plan = Plan(config, KvProfile::kSeed, /*dspark=*/true);
   const PoolSizing sizing = SizePool(plan, 1047ull * 540928 + 540927, config);
   EXPECT_EQ(sizing.num_block_ids, 1047u);
@@ -609,7 +602,7 @@ TEST(CachePlanTest, ProfileNamesRoundTrip) {
 }
 
 TEST(CachePlanTest, JsonAndDescriptionCarryThePlan) {
-  const CachePlan plan = Plan(ReleaseConfig(), KvProfile::kSeed, /*dspark=*/true);
+  const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed, /*dspark=*/true);
   const OrderedJson json = CachePlanToJson(plan);
   EXPECT_EQ(json["bytes_per_block_id"], 540928);
   ASSERT_EQ(json["slots"].size(), 4u);
