@@ -6,13 +6,14 @@
 namespace dsv41 {
 [[noreturn]] void CheckFailed(const char* file, int line, const char* cond, const char* fmt, ...)
     __attribute__((format(printf, 4, 5)));
+[[noreturn]] void CheckFailed(const char* file, int line, const char* cond);
 }  // namespace dsv41
 
-#define DSV41_CHECK(cond, ...)                                               \
-  do {                                                                       \
-    if (__builtin_expect(!(cond), 0)) {                                      \
-      ::dsv41::CheckFailed(__FILE__, __LINE__, #cond, "" __VA_ARGS__);       \
-    }                                                                        \
+#define DSV41_CHECK(cond, ...)                                                    \
+  do {                                                                            \
+    if (__builtin_expect(!(cond), 0)) {                                           \
+      ::dsv41::CheckFailed(__FILE__, __LINE__, #cond __VA_OPT__(, ) __VA_ARGS__); \
+    }                                                                             \
   } while (false)
 
 #if !defined(NDEBUG) || defined(__SANITIZE_ADDRESS__)

@@ -15,8 +15,7 @@ TEST(JsonTest, SyntaxErrorNamesSourceWithoutThrowing) {
   Result<Json> j = ParseJson(R"({"a": [1, 2)", "config.json");
   ASSERT_FALSE(j.ok());
   EXPECT_EQ(j.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(j.status().message().rfind("config.json: invalid JSON", 0), 0u)
-      << j.status().message();
+  EXPECT_EQ(j.status().message().rfind("config.json: invalid JSON", 0), 0u) << j.status().message();
 }
 
 TEST(JsonTest, OrderedJsonKeepsKeyOrder) {

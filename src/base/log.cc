@@ -13,10 +13,14 @@ namespace {
 std::atomic<int> g_log_level{static_cast<int>(LogLevel::kWarn)};
 const char* LevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kError: return "error";
-    case LogLevel::kWarn: return "warning";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kDebug: return "debug";
+    case LogLevel::kError:
+      return "error";
+    case LogLevel::kWarn:
+      return "warning";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kDebug:
+      return "debug";
   }
   return "?";
 }
@@ -39,6 +43,11 @@ void CheckFailed(const char* file, int line, const char* cond, const char* fmt, 
   const std::string msg = StrFormatV(fmt, args);
   va_end(args);
   std::fprintf(stderr, "%s:%d: check failed: %s %s\n", file, line, cond, msg.c_str());
+  std::abort();
+}
+
+void CheckFailed(const char* file, int line, const char* cond) {
+  std::fprintf(stderr, "%s:%d: check failed: %s\n", file, line, cond);
   std::abort();
 }
 

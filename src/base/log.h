@@ -12,11 +12,11 @@ void LogMessage(LogLevel level, const char* fmt, ...) __attribute__((format(prin
 
 }  // namespace dsv41
 
-#define DSV41_LOG_AT(level, ...)                                                       \
-  do {                                                                                 \
-    if (static_cast<int>(level) <= static_cast<int>(::dsv41::GetLogLevel())) {         \
-      ::dsv41::LogMessage(level, __VA_ARGS__);                                         \
-    }                                                                                  \
+#define DSV41_LOG_AT(level, ...)                                               \
+  do {                                                                         \
+    if (static_cast<int>(level) <= static_cast<int>(::dsv41::GetLogLevel())) { \
+      ::dsv41::LogMessage(level, __VA_ARGS__);                                 \
+    }                                                                          \
   } while (false)
 #define DSV41_LOG_ERROR(...) DSV41_LOG_AT(::dsv41::LogLevel::kError, __VA_ARGS__)
 #define DSV41_LOG_WARN(...) DSV41_LOG_AT(::dsv41::LogLevel::kWarn, __VA_ARGS__)

@@ -9,7 +9,8 @@
 
 namespace dsv41 {
 
-// A read-only memory mapping of a whole file. Move-only; unmaps on destruction. Thread-safe to read.
+// A read-only memory mapping of a whole file. Move-only; unmaps on destruction. Thread-safe to
+// read.
 class MappedFile {
  public:
   // Maps `path` read-only. An empty file gives an empty span. Errors name the path.

@@ -7,14 +7,24 @@ namespace dsv41 {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "Ok";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kDataLoss: return "DataLoss";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kOutOfRange: return "OutOfRange";
-    case StatusCode::kUnimplemented: return "Unimplemented";
-    case StatusCode::kInternal: return "Internal";
+    case StatusCode::kOk:
+      return "Ok";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kDataLoss:
+      return "DataLoss";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kOutOfRange:
+      return "OutOfRange";
+    case StatusCode::kUnimplemented:
+      return "Unimplemented";
+    case StatusCode::kCancelled:
+      return "Cancelled";
+    case StatusCode::kInternal:
+      return "Internal";
   }
   return "Unknown";
 }
@@ -49,12 +59,12 @@ std::string StrFormat(const char* fmt, ...) {
   return out;
 }
 
-#define DSV41_DEFINE_ERROR(Name, Code)     \
-  Status Name(const char* fmt, ...) {      \
-    va_list args;                          \
-    va_start(args, fmt);                   \
-    std::string msg = StrFormatV(fmt, args); \
-    va_end(args);                          \
+#define DSV41_DEFINE_ERROR(Name, Code)               \
+  Status Name(const char* fmt, ...) {                \
+    va_list args;                                    \
+    va_start(args, fmt);                             \
+    std::string msg = StrFormatV(fmt, args);         \
+    va_end(args);                                    \
     return Status(StatusCode::Code, std::move(msg)); \
   }
 
@@ -64,6 +74,7 @@ DSV41_DEFINE_ERROR(DataLossError, kDataLoss)
 DSV41_DEFINE_ERROR(IoError, kIoError)
 DSV41_DEFINE_ERROR(OutOfRangeError, kOutOfRange)
 DSV41_DEFINE_ERROR(UnimplementedError, kUnimplemented)
+DSV41_DEFINE_ERROR(CancelledError, kCancelled)
 DSV41_DEFINE_ERROR(InternalError, kInternal)
 #undef DSV41_DEFINE_ERROR
 

@@ -18,6 +18,7 @@ enum class StatusCode {
   kIoError,          // the OS refused (open, mmap, write)
   kOutOfRange,       // index or size beyond a limit
   kUnimplemented,
+  kCancelled,  // a progress callback asked the job to stop
   kInternal,
 };
 
@@ -55,6 +56,7 @@ Status DataLossError(const char* fmt, ...) __attribute__((format(printf, 1, 2)))
 Status IoError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 Status OutOfRangeError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 Status UnimplementedError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+Status CancelledError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 Status InternalError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // A value or the Status that explains why there is none.
@@ -90,15 +92,15 @@ class [[nodiscard]] Result {
 #define DSV41_STATUS_CONCAT(a, b) DSV41_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` from the enclosing function when it is an error.
-#define DSV41_RETURN_IF_ERROR(expr)                  \
-  do {                                               \
-    ::dsv41::Status dsv41_status_ = (expr);          \
-    if (!dsv41_status_.ok()) return dsv41_status_;   \
+#define DSV41_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::dsv41::Status dsv41_status_ = (expr);        \
+    if (!dsv41_status_.ok()) return dsv41_status_; \
   } while (false)
 
 // `DSV41_ASSIGN_OR_RETURN(Type name, ResultExpr);` declares `name` from the Result's value or
 // returns its Status.
-#define DSV41_ASSIGN_OR_RETURN(decl, expr)                                              \
+#define DSV41_ASSIGN_OR_RETURN(decl, expr) \
   DSV41_ASSIGN_OR_RETURN_IMPL(DSV41_STATUS_CONCAT(dsv41_result_, __LINE__), decl, expr)
 #define DSV41_ASSIGN_OR_RETURN_IMPL(result, decl, expr) \
   auto result = (expr);                                 \

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/check.h"
+
 namespace dsv41 {
 namespace {
 
@@ -44,6 +46,15 @@ TEST(StatusTest, ResultFromOkStatusBecomesInternalError) {
 TEST(StatusTest, StrFormatHandlesLongStrings) {
   const std::string long_text(5000, 'x');
   EXPECT_EQ(StrFormat("%s!", long_text.c_str()).size(), 5001u);
+}
+
+TEST(CheckDeathTest, CheckWithAndWithoutMessageAborts) {
+  EXPECT_DEATH(DSV41_CHECK(1 + 1 == 3), "check failed: 1 \\+ 1 == 3");
+  EXPECT_DEATH(DSV41_CHECK(false, "block %u of %u", 7u, 4u), "block 7 of 4");
+}
+
+TEST(StatusTest, CancelledHasItsOwnCode) {
+  EXPECT_EQ(CancelledError("writing shards").ToString(), "Cancelled: writing shards");
 }
 
 }  // namespace
