@@ -4,13 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <set>
 #include <string>
 
-#include "base/json.h"
-#include "base/mapped_file.h"
+#include "checkpoint/checkpoint.h"
 
 namespace dsv41 {
 namespace {
@@ -179,38 +177,13 @@ TEST(TensorInventoryTest, ScaleShapesRoundPartialTilesUp) {
   EXPECT_EQ(Find(tensors, "layers.0.attn.wq_a.scale")->shape, (Shape{10, 54}));
 }
 
-// Reads a checkpoint's index and every shard header (safetensors: u64 LE length + JSON).
-std::vector<TensorSpec> ReadCheckpointTensors(const std::string& dir) {
+// The tensors of a checkpoint directory, read through the checkpoint layer.
+std::vector<TensorSpec> ReadCheckpointTensors(const Checkpoint& checkpoint) {
   std::vector<TensorSpec> tensors;
-  Result<Json> index = ReadJsonFile(dir + "/model.safetensors.index.json");
-  EXPECT_TRUE(index.ok()) << index.status().ToString();
-  if (!index.ok()) return tensors;
-  std::set<std::string> shards;
-  for (const auto& [name, shard] : (*index)["weight_map"].items()) {
-    shards.insert(shard.get<std::string>());
-  }
-  std::set<std::string> in_headers;
-  for (const std::string& shard : shards) {
-    Result<MappedFile> file = MappedFile::Open(dir + "/" + shard);
-    EXPECT_TRUE(file.ok()) << file.status().ToString();
-    if (!file.ok()) continue;
-    const auto bytes = file->bytes();
-    uint64_t length = 0;
-    std::memcpy(&length, bytes.data(), sizeof(length));  // little-endian host
-    Result<Json> header =
-        ParseJson(std::string_view(reinterpret_cast<const char*>(bytes.data()) + 8, length), shard);
-    EXPECT_TRUE(header.ok()) << header.status().ToString();
-    if (!header.ok()) continue;
-    for (const auto& [name, info] : header->items()) {
-      if (name == "__metadata__") continue;
-      std::optional<DType> dtype = DTypeFromName(info["dtype"].get<std::string>());
-      EXPECT_TRUE(dtype.has_value()) << name;
-      tensors.push_back({name, dtype.value_or(DType::kU8), info["shape"].get<Shape>()});
-      in_headers.insert(name);
-    }
-  }
-  for (const auto& [name, shard] : (*index)["weight_map"].items()) {
-    EXPECT_EQ(in_headers.count(name), 1u) << name << " listed in the index, not in " << shard;
+  for (const std::string& name : checkpoint.tensor_names()) {
+    const std::optional<TensorView> view = checkpoint.Find(name);
+    EXPECT_TRUE(view.has_value()) << name;
+    if (view) tensors.push_back({name, view->dtype, view->shape});
   }
   return tensors;
 }
@@ -222,7 +195,9 @@ TEST(TensorInventoryTest, GoldenCheckpointsHoldExactlyTheExpectedTensors) {
     Result<ModelConfig> config = LoadModelConfig(dir);
     ASSERT_TRUE(config.ok()) << config.status().ToString();
     const std::vector<TensorSpec> expected = ExpectedTensors(*config, PlanLayers(*config));
-    const std::vector<TensorSpec> present = ReadCheckpointTensors(dir);
+    Result<Checkpoint> checkpoint = Checkpoint::Open(dir);
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+    const std::vector<TensorSpec> present = ReadCheckpointTensors(*checkpoint);
     ASSERT_FALSE(present.empty());
     const Status status = CheckTensors(expected, present);
     EXPECT_TRUE(status.ok()) << status.ToString();
@@ -233,6 +208,13 @@ TEST(TensorInventoryTest, GoldenCheckpointsHoldExactlyTheExpectedTensors) {
       if (!t.name.starts_with("image_") && !t.name.starts_with("vision.")) have.emplace(t.name, t);
     }
     EXPECT_EQ(want, have);
+    // Expected bytes + the three image_* tensors = the index's total_size.
+    uint64_t bytes = 0;
+    for (const TensorSpec& t : expected) bytes += TensorBytes(t);
+    for (const TensorSpec& t : present) {
+      if (t.name.starts_with("image_")) bytes += TensorBytes(t);
+    }
+    EXPECT_EQ(std::optional<uint64_t>(bytes), checkpoint->index_total_size());
   }
 }
 
