@@ -6,8 +6,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/json.h"
@@ -217,6 +220,95 @@ TEST(TokenizerTest, RandomUnicodeTextRoundTrips) {
     auto ids = V3().Encode(text);
     ASSERT_TRUE(ids.ok());
     ASSERT_EQ(V3().Decode(*ids), text) << "round " << round;
+  }
+}
+
+// §3.3 by the book: one symbol per byte-level character, then repeatedly merge the adjacent pair
+// of lowest rank (leftmost on ties), over strings, with the merges read from the JSON here.
+std::vector<int32_t> ReferenceBpe(const std::string& byte_level_word) {
+  static const auto* tables = [] {
+    auto json = ReadJsonFile(kV3Tokenizer);
+    EXPECT_TRUE(json.ok());
+    auto* t = new std::pair<std::map<std::pair<std::string, std::string>, int>,
+                            std::map<std::string, int32_t>>();
+    int rank = 0;
+    for (const Json& merge : (*json)["model"]["merges"]) {
+      const std::string m = merge.get<std::string>();
+      const size_t space = m.find(' ');
+      t->first.emplace(std::make_pair(m.substr(0, space), m.substr(space + 1)), rank++);
+    }
+    for (const auto& [token, id] : (*json)["model"]["vocab"].items()) t->second[token] = id;
+    return t;
+  }();
+  std::vector<std::string> symbols;
+  for (size_t i = 0; i < byte_level_word.size();) {
+    const size_t n = (static_cast<unsigned char>(byte_level_word[i]) < 0x80) ? 1 : 2;
+    symbols.push_back(byte_level_word.substr(i, n));  // byte-level chars are 1 or 2 bytes
+    i += n;
+  }
+  while (true) {
+    int best_rank = INT32_MAX;
+    size_t best = 0;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const auto it = tables->first.find({symbols[i], symbols[i + 1]});
+      if (it != tables->first.end() && it->second < best_rank) {
+        best_rank = it->second;
+        best = i;
+      }
+    }
+    if (best_rank == INT32_MAX) break;
+    symbols[best] += symbols[best + 1];
+    symbols.erase(symbols.begin() + best + 1);
+  }
+  std::vector<int32_t> ids;
+  for (const std::string& symbol : symbols) ids.push_back(tables->second.at(symbol));
+  return ids;
+}
+
+TEST(TokenizerTest, LongWordsMatchAReferenceBpeLoop) {
+  // Letter runs are one pre-token each (§3.2 word regex), so Encode is BPE of the whole run; long
+  // runs take the heap path, short ones are cached.
+  std::vector<std::string> words = {"hello", "Supercalifragilisticexpialidocious"};
+  words.push_back(std::string(300, 'a'));
+  std::string mixed;
+  for (int i = 0; i < 40; ++i) mixed += "antidisestablishmentarianism";
+  words.push_back(mixed);
+  std::string ab;
+  for (int i = 0; i < 150; ++i) ab += "ab";
+  words.push_back(ab);
+  for (const std::string& word : words) {
+    auto ids = V3().Encode(word);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(*ids, ReferenceBpe(word)) << word.substr(0, 40);
+    // Twice: the second encode may come from the word cache.
+    EXPECT_EQ(*V3().Encode(word), *ids);
+  }
+}
+
+TEST(TokenizerTest, ConcurrentEncodesEqualSequentialOnes) {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 8; ++i) {
+    texts.push_back("thread text " + std::to_string(i * 7919) + " with words like tokenization, " +
+                    std::string(static_cast<size_t>(i + 1), 'z') + " and 中文 " +
+                    std::to_string(i));
+  }
+  std::vector<std::vector<int32_t>> sequential;
+  for (const std::string& text : texts) sequential.push_back(*V3().Encode(text));
+  std::vector<std::vector<std::vector<int32_t>>> concurrent(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        for (const std::string& text : texts) concurrent[t].push_back(*V3().Encode(text));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < 4; ++t) {
+    ASSERT_EQ(concurrent[t].size(), 20 * texts.size());
+    for (size_t i = 0; i < concurrent[t].size(); ++i) {
+      EXPECT_EQ(concurrent[t][i], sequential[i % texts.size()]) << "thread " << t;
+    }
   }
 }
 
