@@ -27,5 +27,7 @@ struct CommandRegistrar {
 
 }  // namespace dsv41
 
-#define DSV41_REGISTER_COMMAND(var, ...) \
-  static const ::dsv41::CommandRegistrar var{::dsv41::CommandSpec{__VA_ARGS__}}
+#define DSV41_REGISTER_COMMAND(var, ...)       \
+  static const ::dsv41::CommandRegistrar var { \
+    ::dsv41::CommandSpec { __VA_ARGS__ }       \
+  }

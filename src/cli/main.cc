@@ -1,7 +1,6 @@
 // dsv41: the command-line entry point. Subcommands live in *_command.cc and register themselves.
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <memory>

@@ -7,8 +7,9 @@
 
 namespace dsv41 {
 
-// Draws a library ProgressFn on stderr: one line per stage, redrawn at most ~10 times a second
-// when stderr is a terminal, otherwise printed at each whole 10% step. Results stay on stdout.
+// Draws a library ProgressFn on stderr once a stage has run for a second: one line per stage,
+// redrawn at most ~10 times a second when stderr is a terminal, otherwise printed at each whole
+// 10% step. Results stay on stdout.
 class ProgressPrinter {
  public:
   ProgressPrinter();
@@ -24,6 +25,7 @@ class ProgressPrinter {
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_;
   bool open_line_ = false;
+  bool printed_ = false;  // this stage has shown a line
 };
 
 }  // namespace dsv41

@@ -17,7 +17,8 @@ namespace {
 
 // Original text for merge learning: ordinary English with digits, punctuation, code, accented
 // words and a little CJK, so merges cover the pre-tokenizer's piece kinds.
-constexpr std::string_view kCorpus = R"(The engine reads the model from disk and maps every shard into memory.
+constexpr std::string_view kCorpus =
+    R"(The engine reads the model from disk and maps every shard into memory.
 It never copies the weights; the kernels decode each tile when they need it.
 A token is a small piece of text, and the model turns a list of tokens into the next token.
 When the cache is full, the scheduler waits until a request finishes and its blocks are free.
@@ -95,8 +96,8 @@ std::vector<std::string> SplitWords(std::string_view text) {
 
 // Seeded pseudo-words ("talemo", "krissan") so large vocabularies still get frequent pairs.
 std::string PseudoText(size_t num_words, uint64_t seed) {
-  static constexpr std::string_view kOnsets[] = {"b", "br", "d", "f", "g", "k", "kr", "l", "m",
-                                                 "n", "p", "r", "s", "st", "t", "tr", "v", "z"};
+  static constexpr std::string_view kOnsets[] = {"b", "br", "d", "f", "g",  "k", "kr", "l", "m",
+                                                 "n", "p",  "r", "s", "st", "t", "tr", "v", "z"};
   static constexpr std::string_view kVowels[] = {"a", "e", "i", "o", "u", "ai", "ou"};
   static constexpr std::string_view kCodas[] = {"", "", "n", "s", "r", "l", "m", "nd", "st"};
   SplitMix64 rng(seed);
@@ -192,12 +193,23 @@ struct AddedToken {
 
 // The V4.1 added tokens by their real strings (tokenizer-and-chat.md §5), in release id order.
 std::vector<AddedToken> V41AddedTokens() {
-  return {{"<｜System｜>", true},        {"<｜fim▁hole｜>", true},      {"<｜fim▁begin｜>", true},
-          {"<｜fim▁end｜>", true},       {"<｜User｜>", true},          {"<｜Assistant｜>", true},
-          {"<|EOT|>", true},            {"<think>", false},           {"</think>", false},
-          {"｜DSML｜", false},           {"<｜latest_reminder｜>", true}, {"<｜action｜>", true},
-          {"<｜query｜>", true},         {"<｜authority｜>", true},     {"<｜domain｜>", true},
-          {"<｜title｜>", true},         {"<｜read_url｜>", true}};
+  return {{"<｜System｜>", true},
+          {"<｜fim▁hole｜>", true},
+          {"<｜fim▁begin｜>", true},
+          {"<｜fim▁end｜>", true},
+          {"<｜User｜>", true},
+          {"<｜Assistant｜>", true},
+          {"<|EOT|>", true},
+          {"<think>", false},
+          {"</think>", false},
+          {"｜DSML｜", false},
+          {"<｜latest_reminder｜>", true},
+          {"<｜action｜>", true},
+          {"<｜query｜>", true},
+          {"<｜authority｜>", true},
+          {"<｜domain｜>", true},
+          {"<｜title｜>", true},
+          {"<｜read_url｜>", true}};
 }
 
 OrderedJson AddedTokenJson(int32_t id, const std::string& content, bool special) {
@@ -289,9 +301,10 @@ Result<SyntheticTokenizer> BuildSyntheticTokenizer(int32_t vocab_size, uint64_t 
   // The DeepSeek-V3 pre-tokenizer (tokenizer-and-chat.md §3.2).
   stages.push_back(SplitStage("\\p{N}{1,3}"));
   stages.push_back(SplitStage("[一-龥぀-ゟ゠-ヿ]+"));
-  stages.push_back(SplitStage(
-      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
-      " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"));
+  stages.push_back(
+      SplitStage("[!\"#$%&'()*+,\\-./"
+                 ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+                 " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"));
   stages.push_back(ByteLevelJson(false, true, false));
   tok["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", std::move(stages)}};
   tok["post_processor"] = ByteLevelJson(true, false, true);

@@ -13,10 +13,10 @@ namespace dsv41 {
 // ｜DSML｜, task tokens), "<｜place▁holder▁no▁N｜>" fillers, and "<｜deepseek_image｜>" as the last
 // id. The DeepSeek-V3 pre-tokenizer (three Split stages + ByteLevel). Exactly `vocab_size` ids.
 struct SyntheticTokenizer {
-  std::string json;             // tokenizer.json text
-  std::string config_json;      // tokenizer_config.json text
-  int32_t system_id = 0;        // "<｜System｜>": also the DSpark noise token, as in the release
-  int32_t image_id = 0;         // "<｜deepseek_image｜>"
+  std::string json;         // tokenizer.json text
+  std::string config_json;  // tokenizer_config.json text
+  int32_t system_id = 0;    // "<｜System｜>": also the DSpark noise token, as in the release
+  int32_t image_id = 0;     // "<｜deepseek_image｜>"
 };
 
 // Deterministic for (vocab_size, seed). InvalidArgument when vocab_size cannot hold the bytes and

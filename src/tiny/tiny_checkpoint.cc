@@ -142,13 +142,15 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
   DSV41_ASSIGN_OR_RETURN(SyntheticTokenizer synthetic,
                          BuildSyntheticTokenizer(config.vocab_size, spec.seed));
   config.dspark_noise_token_id = synthetic.system_id;
+  config.image_token_id = synthetic.image_id;
   if (!config.engram_layer_ids.empty()) {
     DSV41_ASSIGN_OR_RETURN(
         std::vector<EngramLayerPrimes> primes,
         ComputeEngramPrimes(config.engram_layer_ids, config.engram_max_ngram_size,
                             config.engram_n_heads, config.engram_vocab_size));
     config.engram_num_embeddings.clear();
-    for (const EngramLayerPrimes& layer : primes) config.engram_num_embeddings.push_back(layer.num_rows);
+    for (const EngramLayerPrimes& layer : primes)
+      config.engram_num_embeddings.push_back(layer.num_rows);
   }
   DSV41_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::FromJson(synthetic.json));
   DSV41_ASSIGN_OR_RETURN(EngramTokenMap token_map, BuildEngramTokenMap(tokenizer));
@@ -164,8 +166,8 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
 
   std::unordered_map<std::string, const TensorSpec*> by_name;
   for (const TensorSpec& s : specs) by_name[s.name] = &s;
-  ShardedCheckpointWriter writer(dir, ShardingOptions{.num_shards = static_cast<size_t>(
-                                                          std::max(spec.num_shards, 1))});
+  ShardedCheckpointWriter writer(
+      dir, ShardingOptions{.num_shards = static_cast<size_t>(std::max(spec.num_shards, 1))});
   writer.SetShardMetadata("format", "pt");
   TinyCheckpointSummary summary;
   const uint64_t seed = spec.seed;
@@ -194,12 +196,9 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
   }
   DSV41_RETURN_IF_ERROR(writer.Finish(progress));
 
-  OrderedJson hf = ConfigToHfJson(config);
-  hf["image_token_id"] = synthetic.image_id;
-  DSV41_RETURN_IF_ERROR(WriteJson(root / "config.json", hf));
-  OrderedJson inference = ConfigToInferenceJson(config);
-  inference["image_token_id"] = synthetic.image_id;
-  DSV41_RETURN_IF_ERROR(WriteJson(root / "inference" / "config.json", inference));
+  DSV41_RETURN_IF_ERROR(WriteJson(root / "config.json", ConfigToHfJson(config)));
+  DSV41_RETURN_IF_ERROR(
+      WriteJson(root / "inference" / "config.json", ConfigToInferenceJson(config)));
   DSV41_RETURN_IF_ERROR(WriteStringToFile((root / "tokenizer.json").string(), synthetic.json));
   DSV41_RETURN_IF_ERROR(
       WriteStringToFile((root / "tokenizer_config.json").string(), synthetic.config_json));

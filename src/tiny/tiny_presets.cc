@@ -35,8 +35,8 @@ ModelConfig TinyConfig() {
   c.compress_ratios = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1};
   c.rope_theta = 10000;
   c.compress_rope_theta = 160000;
-  c.compress_yarn = {.factor = 16, .original_max_position_embeddings = 64, .beta_fast = 32,
-                     .beta_slow = 1};
+  c.compress_yarn = {
+      .factor = 16, .original_max_position_embeddings = 64, .beta_fast = 32, .beta_slow = 1};
   c.max_position_embeddings = 1024;
   c.kv_source_layer_ids = {2, 4, 6};
   c.index_source_layer_ids = {2, 4, 6, 8};
@@ -123,7 +123,8 @@ Result<TinySpec> TinyPreset(std::string_view name) {
     spec.num_shards = 4;
   } else {
     std::string known;
-    for (std::string_view n : TinyPresetNames()) known += (known.empty() ? "" : ", ") + std::string(n);
+    for (std::string_view n : TinyPresetNames())
+      known += (known.empty() ? "" : ", ") + std::string(n);
     return InvalidArgumentError("unknown preset '%.*s' (known: %s)", static_cast<int>(name.size()),
                                 name.data(), known.c_str());
   }

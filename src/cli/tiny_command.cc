@@ -1,7 +1,6 @@
 // `dsv41 tiny`: writes a synthetic checkpoint in the released layout.
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -82,7 +81,8 @@ int RunTiny(const TinyFlags& flags) {
 std::function<int()> SetupTiny(CLI::App& sub) {
   auto flags = std::make_shared<TinyFlags>();
   std::string presets;
-  for (std::string_view n : TinyPresetNames()) presets += (presets.empty() ? "" : ", ") + std::string(n);
+  for (std::string_view n : TinyPresetNames())
+    presets += (presets.empty() ? "" : ", ") + std::string(n);
   sub.add_option("-o,--out", flags->out, "directory to write (created)")->required();
   sub.add_option("--preset", flags->preset, "one of: " + presets);
   sub.add_flag("--bf16", flags->bf16, "unquantised BF16 weights (no .scale tensors)");
@@ -95,7 +95,8 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("--ratios", flags->ratios, "compress_ratios, one per layer")->delimiter(',');
   sub.add_option("--kv-sources", flags->kv_sources, "kv_source_layer_ids")->delimiter(',');
   sub.add_option("--index-sources", flags->index_sources, "index_source_layer_ids")->delimiter(',');
-  sub.add_option("--candidate-source", flags->candidate_source, "candidate_source_layer_id (-1: none)");
+  sub.add_option("--candidate-source", flags->candidate_source,
+                 "candidate_source_layer_id (-1: none)");
   sub.add_option("--candidate-blocks", flags->candidate_blocks, "candidate_topk_blocks");
   sub.add_option("--candidate-block-size", flags->candidate_block_size, "candidate_block_size");
   sub.add_option("--index-topk", flags->topk, "index_topk");
@@ -107,7 +108,8 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("--engram-prime-start", flags->engram_prime_start,
                  "engram_vocab_size: where the prime search starts (sets the table sizes)");
   sub.add_option("--dspark-stages", flags->dspark_stages, "num_nextn_predict_layers");
-  sub.add_option("--dspark-targets", flags->dspark_targets, "dspark_target_layer_ids")->delimiter(',');
+  sub.add_option("--dspark-targets", flags->dspark_targets, "dspark_target_layer_ids")
+      ->delimiter(',');
   return [flags] { return RunTiny(*flags); };
 }
 

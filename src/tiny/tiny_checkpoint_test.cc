@@ -1,0 +1,254 @@
+#include "tiny/tiny_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "base/mapped_file.h"
+#include "engram/token_map.h"
+#include "model/engram_primes.h"
+#include "model/weights.h"
+#include "numerics/block_quant.h"
+#include "numerics/codecs.h"
+#include "text/tokenizer.h"
+#include "tiny/synthetic_tokenizer.h"
+
+namespace dsv41 {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  std::filesystem::path path = std::filesystem::temp_directory_path();
+  path /= "dsv41_tiny_" + name;
+  std::filesystem::remove_all(path);
+  return path.string();
+}
+
+Result<TinyCheckpointSummary> WritePreset(const std::string& preset, const std::string& dir,
+                                          uint64_t seed = 1) {
+  Result<TinySpec> spec = TinyPreset(preset);
+  if (!spec.ok()) return spec.status();
+  spec->seed = seed;
+  return WriteTinyCheckpoint(*spec, dir);
+}
+
+// Logical values of a stored tensor (dequantised when it has a scale).
+std::vector<float> Values(const ModelWeights& w, const TensorSpec& spec) {
+  const TensorView view = *w.Get(spec.name);
+  std::vector<float> out;
+  const std::string base = spec.name.substr(0, spec.name.size() - 7);
+  const std::optional<TensorView> scale = w.checkpoint().Find(base + ".scale");
+  auto bytes_u8 = [](const TensorView& v) {
+    return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(v.bytes.data()),
+                                reinterpret_cast<const uint8_t*>(v.bytes.data()) + v.bytes.size());
+  };
+  if (spec.dtype == DType::kI8) {
+    const int64_t rows = spec.shape[0], cols = spec.shape[1] * 2;
+    out.resize(rows * cols);
+    DequantizeMxfp4(rows, cols, bytes_u8(view), bytes_u8(*scale), out);
+  } else if (spec.dtype == DType::kF8E4M3 && spec.name.find("engram.embed") != std::string::npos) {
+    const int64_t rows = spec.shape[0], cols = spec.shape[1];
+    out.resize(rows * cols);
+    const std::vector<uint8_t> codes = bytes_u8(view), scales = bytes_u8(*scale);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      out[i] = F32FromE4m3(codes[i]) * F32FromE8m0(scales[i / 32]);
+    }
+  } else if (spec.dtype == DType::kF8E4M3) {
+    const int64_t rows = spec.shape[0], cols = spec.shape[1];
+    out.resize(rows * cols);
+    DequantizeFp8Blocks(rows, cols, bytes_u8(view), bytes_u8(*scale), out);
+  } else if (spec.dtype == DType::kBF16) {
+    out.resize(view.bytes.size() / 2);
+    for (size_t i = 0; i < out.size(); ++i) {
+      uint16_t b;
+      std::memcpy(&b, view.bytes.data() + 2 * i, 2);
+      out[i] = F32FromBf16(b);
+    }
+  } else if (spec.dtype == DType::kF32) {
+    out.resize(view.bytes.size() / 4);
+    std::memcpy(out.data(), view.bytes.data(), view.bytes.size());
+  }
+  return out;
+}
+
+class TinyPresetTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TinyPresetTest, WritesACheckpointTheLoaderAccepts) {
+  const std::string dir = TempDir(GetParam());
+  Result<TinyCheckpointSummary> summary = WritePreset(GetParam(), dir);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  EXPECT_EQ(weights->config(), summary->config) << "config.json must read back as written";
+  EXPECT_EQ(weights->checkpoint().num_tensors(), summary->num_tensors);
+  for (const char* file :
+       {"config.json", "inference/config.json", "tokenizer.json", "tokenizer_config.json",
+        "generation_config.json", "model.safetensors.index.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir + "/" + file)) << file;
+  }
+  Result<ModelConfig> from_inference = [&]() -> Result<ModelConfig> {
+    DSV41_ASSIGN_OR_RETURN(Json j, ReadJsonFile(dir + "/inference/config.json"));
+    return ParseModelConfig(nullptr, &j);
+  }();
+  ASSERT_TRUE(from_inference.ok()) << from_inference.status().ToString();
+  EXPECT_EQ(from_inference->num_hidden_layers, summary->config.num_hidden_layers);
+}
+
+// checkpoint.md §8.3: valid codes and scales, no NaN, no all-zero rows anywhere.
+TEST_P(TinyPresetTest, ValuesAreFiniteAndNoRowIsZero) {
+  const std::string dir = TempDir(GetParam() + "_values");
+  ASSERT_TRUE(WritePreset(GetParam(), dir).ok());
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  for (const TensorSpec& spec : weights->expected()) {
+    if (spec.name.size() > 6 && spec.name.substr(spec.name.size() - 6) == ".scale") {
+      const TensorView scale = *weights->Get(spec.name);
+      for (std::byte b : scale.bytes) ASSERT_NE(static_cast<uint8_t>(b), 0xFF) << spec.name;
+      continue;
+    }
+    const std::vector<float> values = Values(*weights, spec);
+    ASSERT_FALSE(values.empty()) << spec.name;
+    const size_t row =
+        spec.shape.size() == 2
+            ? static_cast<size_t>(spec.dtype == DType::kI8 ? 2 * spec.shape[1] : spec.shape[1])
+            : values.size();
+    for (size_t r = 0; r + row <= values.size(); r += row) {
+      bool nonzero = false;
+      for (size_t i = r; i < r + row; ++i) {
+        ASSERT_TRUE(std::isfinite(values[i])) << spec.name << " element " << i;
+        nonzero |= values[i] != 0.0f;
+      }
+      ASSERT_TRUE(nonzero) << spec.name << " row " << r / row << " is all zero";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, TinyPresetTest, ::testing::Values("tiny", "tiny-bf16"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST(TinyCheckpointTest, SameSeedSameBytesOtherSeedOtherValues) {
+  const std::string a = TempDir("seed_a"), b = TempDir("seed_b"), c = TempDir("seed_c");
+  ASSERT_TRUE(WritePreset("tiny", a, 7).ok());
+  ASSERT_TRUE(WritePreset("tiny", b, 7).ok());
+  ASSERT_TRUE(WritePreset("tiny", c, 8).ok());
+  for (const char* file : {"model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors",
+                           "config.json", "tokenizer.json"}) {
+    EXPECT_EQ(*ReadFileToString(a + "/" + file), *ReadFileToString(b + "/" + file)) << file;
+  }
+  EXPECT_NE(*ReadFileToString(a + "/model-00001-of-00003.safetensors"),
+            *ReadFileToString(c + "/model-00001-of-00003.safetensors"));
+}
+
+// The default preset is the one model that exercises every role (checkpoint.md §8.2).
+TEST(TinyCheckpointTest, DefaultPresetExercisesEveryLayerModeAndBothEngramPlacements) {
+  const std::string dir = TempDir("roles");
+  ASSERT_TRUE(WritePreset("tiny", dir).ok());
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok());
+  std::set<LayerMode> modes;
+  std::set<CandidateMode> candidate_modes;
+  std::set<int32_t> full_ratios, engram_ratios;
+  for (const LayerRole& role : weights->plan().layers) {
+    modes.insert(role.mode);
+    candidate_modes.insert(role.candidate_mode);
+    if (role.mode == LayerMode::kFull) full_ratios.insert(role.ratio);
+    if (role.has_engram()) engram_ratios.insert(role.ratio);
+  }
+  EXPECT_EQ(modes, (std::set<LayerMode>{LayerMode::kSwaOnly, LayerMode::kFull, LayerMode::kReindex,
+                                        LayerMode::kReuse}));
+  EXPECT_TRUE(candidate_modes.count(CandidateMode::kProduce));
+  EXPECT_TRUE(candidate_modes.count(CandidateMode::kFilter));
+  EXPECT_TRUE(candidate_modes.count(CandidateMode::kPlain));
+  EXPECT_EQ(full_ratios, (std::set<int32_t>{1, 2}));
+  EXPECT_EQ(engram_ratios, (std::set<int32_t>{0, 2})) << "Engram on a ratio-0 and a ratio>0 layer";
+  EXPECT_EQ(weights->plan().num_dspark_stages, 3);
+  EXPECT_TRUE(weights->config().quantization.quantized);
+}
+
+// The config carries what the engine derives at load: Engram rows = sums of primes (§9.3), the
+// token-map class count of the shipped tokenizer (§9.2), the tokenizer's <｜System｜> as noise.
+TEST(TinyCheckpointTest, ConfigAgreesWithItsTokenizerAndPrimes) {
+  const std::string dir = TempDir("consistency");
+  Result<TinyCheckpointSummary> summary = WritePreset("tiny", dir);
+  ASSERT_TRUE(summary.ok());
+  const ModelConfig& c = summary->config;
+  Result<Tokenizer> tokenizer = Tokenizer::Load(dir + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  EXPECT_EQ(tokenizer->vocab_size(), c.vocab_size);
+  Result<EngramTokenMap> map = BuildEngramTokenMap(*tokenizer);
+  ASSERT_TRUE(map.ok());
+  EXPECT_TRUE(CheckClassCount(*map, c.engram_compressed_vocab_size).ok());
+  EXPECT_LT(map->num_classes, c.vocab_size) << "case folding must merge some tokens";
+  EXPECT_EQ(tokenizer->IdOf("<｜System｜>"), c.dspark_noise_token_id);
+  EXPECT_EQ(tokenizer->IdOf("<｜deepseek_image｜>"), c.image_token_id);
+  EXPECT_EQ(tokenizer->IdOf("<｜begin▁of▁sentence｜>"), 0);
+  EXPECT_EQ(tokenizer->IdOf("<｜end▁of▁sentence｜>"), 1);
+  EXPECT_EQ(tokenizer->IdOf("<｜▁pad▁｜>"), 2);
+  // checkpoint.md §8.2: primes from 31 give tables of 252 and 410 rows.
+  EXPECT_EQ(c.engram_num_embeddings, (std::vector<int64_t>{252, 410}));
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok());
+  EXPECT_EQ(weights->Get("layers.4.engram.embed.weight")->shape, (Shape{410, 32}));
+  EXPECT_EQ(weights->Get("layers.4.engram.embed.scale")->shape, (Shape{410, 1}));
+}
+
+TEST(TinyCheckpointTest, Bf16PresetHasNoScalesButTheEngramTables) {
+  const std::string dir = TempDir("bf16_scales");
+  ASSERT_TRUE(WritePreset("tiny-bf16", dir).ok());
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok());
+  EXPECT_FALSE(weights->config().quantization.quantized);
+  for (const std::string& name : weights->checkpoint().tensor_names()) {
+    if (name.size() > 6 && name.substr(name.size() - 6) == ".scale") {
+      EXPECT_NE(name.find("engram.embed.scale"), std::string::npos) << name;
+    }
+  }
+}
+
+TEST(TinyCheckpointTest, OneShardWritesASingleFile) {
+  const std::string dir = TempDir("single");
+  Result<TinySpec> spec = TinyPreset("tiny");
+  ASSERT_TRUE(spec.ok());
+  spec->num_shards = 1;
+  ASSERT_TRUE(WriteTinyCheckpoint(*spec, dir).ok());
+  EXPECT_TRUE(ModelWeights::Load(dir).ok());
+}
+
+TEST(TinyCheckpointTest, InvalidOverridesNameTheField) {
+  Result<TinySpec> spec = TinyPreset("tiny");
+  ASSERT_TRUE(spec.ok());
+  spec->config.kv_source_layer_ids = {1, 4, 6};  // layer 1 has ratio 0
+  Result<TinyCheckpointSummary> summary = WriteTinyCheckpoint(*spec, TempDir("invalid"));
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find("kv_source_layer_ids"), std::string::npos)
+      << summary.status().message();
+  EXPECT_FALSE(TinyPreset("huge").ok());
+}
+
+TEST(SyntheticTokenizerTest, HasExactlyTheVocabAndRoundTripsText) {
+  for (int32_t vocab : {300, 512, 2048}) {
+    Result<SyntheticTokenizer> synthetic = BuildSyntheticTokenizer(vocab, 3);
+    ASSERT_TRUE(synthetic.ok()) << vocab;
+    Result<Tokenizer> tokenizer = Tokenizer::FromJson(synthetic->json);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+    EXPECT_EQ(tokenizer->vocab_size(), vocab);
+    for (int32_t id = 0; id < vocab; ++id) {
+      ASSERT_FALSE(tokenizer->TokenString(id).empty()) << "id " << id << " has no token";
+    }
+    const std::string text = "The engine maps café and 東京 at 12345 tokens/s!\n<think>x</think>";
+    Result<std::vector<int32_t>> ids = tokenizer->Encode(text);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(tokenizer->Decode(*ids), text);
+    EXPECT_LT(ids->size(), text.size()) << "merges must shorten ordinary text";
+  }
+  EXPECT_FALSE(BuildSyntheticTokenizer(200, 1).ok());
+}
+
+}  // namespace
+}  // namespace dsv41
