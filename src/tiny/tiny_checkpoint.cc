@@ -130,6 +130,39 @@ std::vector<TensorSpec> TensorsToWrite(const ModelConfig& config, const LayerPla
   return specs;
 }
 
+// Adds every tensor of `specs` to `writer` (SafetensorsWriter or ShardedCheckpointWriter) with a
+// function that generates its bytes while the file is written. Returns the tensor bytes.
+template <typename Writer>
+Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, uint64_t seed, Writer& writer) {
+  std::unordered_map<std::string, const TensorSpec*> by_name;
+  for (const TensorSpec& s : specs) by_name[s.name] = &s;
+  uint64_t tensor_bytes = 0;
+  for (const TensorSpec& s : specs) {
+    const bool is_scale = EndsWith(s.name, ".scale");
+    const TensorSpec* weight = &s;
+    if (is_scale) {
+      auto it = by_name.find(s.name.substr(0, s.name.size() - 6) + ".weight");
+      if (it == by_name.end()) {
+        return InternalError("tensor '%s' has no weight beside it", s.name.c_str());
+      }
+      weight = it->second;
+    }
+    bool has_scale = false;
+    if (EndsWith(s.name, ".weight")) {
+      has_scale = by_name.count(s.name.substr(0, s.name.size() - 7) + ".scale") > 0;
+    }
+    TensorBytesFn write = [seed, weight, is_scale, has_scale](const ByteSink& sink) -> Status {
+      Result<StoredBytes> bytes =
+          (is_scale || has_scale) ? QuantizedBytes(seed, *weight) : PlainBytes(seed, *weight);
+      if (!bytes.ok()) return bytes.status();
+      return sink(AsBytes(is_scale ? bytes->scale : bytes->weight));
+    };
+    DSV41_RETURN_IF_ERROR(writer.Add(s.name, s.dtype, s.shape, std::move(write)));
+    tensor_bytes += TensorBytes(s);
+  }
+  return tensor_bytes;
+}
+
 Status WriteJson(const std::filesystem::path& path, const OrderedJson& json) {
   return WriteStringToFile(path.string(), json.dump(2) + "\n");
 }
@@ -164,37 +197,19 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
   std::filesystem::create_directories(root / "inference", ec);
   if (ec) return IoError("%s: cannot create directory: %s", dir.c_str(), ec.message().c_str());
 
-  std::unordered_map<std::string, const TensorSpec*> by_name;
-  for (const TensorSpec& s : specs) by_name[s.name] = &s;
-  ShardedCheckpointWriter writer(
-      dir, ShardingOptions{.num_shards = static_cast<size_t>(std::max(spec.num_shards, 1))});
-  writer.SetShardMetadata("format", "pt");
   TinyCheckpointSummary summary;
-  const uint64_t seed = spec.seed;
-  for (const TensorSpec& s : specs) {
-    const bool is_scale = EndsWith(s.name, ".scale");
-    const TensorSpec* weight = &s;
-    if (is_scale) {
-      auto it = by_name.find(s.name.substr(0, s.name.size() - 6) + ".weight");
-      if (it == by_name.end()) {
-        return InternalError("tensor '%s' has no weight beside it", s.name.c_str());
-      }
-      weight = it->second;
-    }
-    bool has_scale = false;
-    if (EndsWith(s.name, ".weight")) {
-      has_scale = by_name.count(s.name.substr(0, s.name.size() - 7) + ".scale") > 0;
-    }
-    TensorBytesFn write = [seed, weight, is_scale, has_scale](const ByteSink& sink) -> Status {
-      Result<StoredBytes> bytes =
-          (is_scale || has_scale) ? QuantizedBytes(seed, *weight) : PlainBytes(seed, *weight);
-      if (!bytes.ok()) return bytes.status();
-      return sink(AsBytes(is_scale ? bytes->scale : bytes->weight));
-    };
-    DSV41_RETURN_IF_ERROR(writer.Add(s.name, s.dtype, s.shape, std::move(write)));
-    summary.tensor_bytes += *NumElements(s.shape) * DTypeSize(s.dtype);
+  if (spec.num_shards <= 1) {
+    SafetensorsWriter writer;
+    writer.SetMetadata("format", "pt");
+    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes, AddTensors(specs, spec.seed, writer));
+    DSV41_RETURN_IF_ERROR(writer.Write((root / kSingleFileCheckpoint).string()));
+  } else {
+    ShardedCheckpointWriter writer(
+        dir, ShardingOptions{.num_shards = static_cast<size_t>(spec.num_shards)});
+    writer.SetShardMetadata("format", "pt");
+    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes, AddTensors(specs, spec.seed, writer));
+    DSV41_RETURN_IF_ERROR(writer.Finish(progress));
   }
-  DSV41_RETURN_IF_ERROR(writer.Finish(progress));
 
   DSV41_RETURN_IF_ERROR(WriteJson(root / "config.json", ConfigToHfJson(config)));
   DSV41_RETURN_IF_ERROR(

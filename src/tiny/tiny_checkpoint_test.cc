@@ -217,6 +217,8 @@ TEST(TinyCheckpointTest, OneShardWritesASingleFile) {
   ASSERT_TRUE(spec.ok());
   spec->num_shards = 1;
   ASSERT_TRUE(WriteTinyCheckpoint(*spec, dir).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors.index.json"));
   EXPECT_TRUE(ModelWeights::Load(dir).ok());
 }
 

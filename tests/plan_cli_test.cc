@@ -1,0 +1,80 @@
+// `dsv41 tiny` and `dsv41 plan` end to end: the tiny model is written, loads, and its plan prints;
+// the released config prints the page sizes of serving.md §3.5.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "base/json.h"
+#include "cli_runner.h"
+
+namespace dsv41 {
+namespace {
+
+std::string Dir(const char* name) {
+  std::filesystem::path path = testing::TempDir();
+  path /= name;
+  std::filesystem::remove_all(path);
+  return path.string();
+}
+
+TEST(PlanCliTest, ReleasedConfigPrintsTheSpecPages) {
+  const RunResult run = RunCommand(kDsv41Binary + " plan --released --json");
+  ASSERT_EQ(run.exit_code, 0);
+  Result<Json> json = ParseJson(run.out, "dsv41 plan --json");
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  const Json& cache = (*json)["cache_plan"];
+  std::vector<int64_t> pages;
+  for (const Json& slot : cache["slots"]) pages.push_back(slot["page_bytes"].get<int64_t>());
+  EXPECT_EQ(pages, (std::vector<int64_t>{131072, 131072, 131072, 147712}));
+  EXPECT_EQ(cache["bytes_per_block_id"].get<int64_t>(), 540928);
+  EXPECT_EQ((*json)["layers"].size(), 40u);
+  EXPECT_EQ((*json)["weight_bytes"]["routed experts"].get<int64_t>(), 288777830400);
+
+  const RunResult text = RunCommand(kDsv41Binary + " plan --released");
+  ASSERT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("bytes per block id: 540928"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("page 147712 B"), std::string::npos) << text.out;
+}
+
+TEST(PlanCliTest, TinyModelIsWrittenLoadedAndPlanned) {
+  const std::string dir = Dir("plan_cli_tiny");
+  const RunResult tiny = RunCommand(kDsv41Binary + " tiny --out " + dir);
+  ASSERT_EQ(tiny.exit_code, 0) << tiny.out;
+  const RunResult plan = RunCommand(kDsv41Binary + " plan --model " + dir + " --kv-cache-gib 1");
+  ASSERT_EQ(plan.exit_code, 0);
+  EXPECT_NE(plan.out.find("every expected tensor present"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("reindex"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("pool for 1.00 GiB"), std::string::npos) << plan.out;
+}
+
+TEST(PlanCliTest, MissingTensorFailsWithItsName) {
+  const std::string dir = Dir("plan_cli_broken");
+  ASSERT_EQ(RunCommand(kDsv41Binary + " tiny --shards 1 --out " + dir).exit_code, 0);
+  // Keep config.json, replace the weights by a checkpoint of another preset's tensors.
+  const std::string other = Dir("plan_cli_other");
+  ASSERT_EQ(RunCommand(kDsv41Binary +
+                       " tiny --shards 1 --layers 6 --ratios 0,0,2,2,1,1 "
+                       "--kv-sources 2,4 --index-sources 2,4 --candidate-source 4 "
+                       "--engram-layers 1,2 --dspark-targets 3,4,5 --out " +
+                       other)
+                .exit_code,
+            0);
+  std::filesystem::copy_file(other + "/model.safetensors", dir + "/model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  const RunResult plan = RunCommand(kDsv41Binary + " plan --model " + dir + " 2>&1");
+  EXPECT_EQ(plan.exit_code, 1);
+  // Layer 4 is a ratio-2 kv source here but ratio 1 there: its compressor gate is missing.
+  EXPECT_NE(plan.out.find("'layers.4.attn.compressor.wgate.weight': missing"), std::string::npos)
+      << plan.out;
+  EXPECT_NE(plan.out.find(dir), std::string::npos) << plan.out;
+}
+
+TEST(PlanCliTest, BadUsageExitsTwo) {
+  EXPECT_EQ(RunCommand(kDsv41Binary + " plan 2>/dev/null").exit_code, 2);
+  EXPECT_EQ(RunCommand(kDsv41Binary + " plan --released --kv-profile huge 2>/dev/null").exit_code,
+            2);
+  EXPECT_EQ(RunCommand(kDsv41Binary + " tiny --preset nope --out /tmp/x 2>/dev/null").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace dsv41
