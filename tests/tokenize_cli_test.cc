@@ -18,6 +18,7 @@ namespace {
 const std::string kSharedDir = DSV41_SHARED_DIR;
 const std::string kBinary = DSV41_BINARY;
 const std::string kTokenizerDir = kSharedDir + "/data/deepseek-v3-tokenizer";
+const std::string kTinyDir = kSharedDir + "/goldens/model/checkpoints/tiny-a";
 
 struct RunResult {
   std::string out;
@@ -79,12 +80,12 @@ TEST(TokenizeCliTest, BadLineIsReportedByNumberOthersStillAnsweredExitOne) {
           << R"({"text": "b"})"
           << "\n";
   }
-  const RunResult run = RunCommand(kBinary + " tokenize --tokenizer " + kTokenizerDir +
+  const RunResult run = RunCommand(kBinary + " tokenize --tokenizer " + kTinyDir +
                                    "/tokenizer.json < " + input_path + " 2>/dev/null");
   EXPECT_EQ(run.exit_code, 1);
   const std::vector<std::string> out = Lines(run.out);
   ASSERT_EQ(out.size(), 3u);
-  EXPECT_EQ(out[0], R"({"ids":[67],"decoded":"a"})");  // "a" is id 67 in the V3 vocab
+  EXPECT_EQ(out[0], R"({"ids":[67],"decoded":"a"})");  // "a" is id 67 in tiny-a's vocab
   EXPECT_NE(out[1].find("stdin line 2"), std::string::npos) << out[1];
   EXPECT_EQ(out[2], R"({"ids":[68],"decoded":"b"})");
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <queue>
@@ -411,11 +412,16 @@ size_t AppendUtf8Lossy(std::string_view bytes, bool final, std::string* out) {
 
 struct Tokenizer::Impl {
   // Per-id tables; ids without a token have empty strings.
-  std::vector<std::string> token_strings;
-  std::vector<std::string> token_bytes;
-  std::vector<uint8_t> added;    // 1 for added tokens
-  std::vector<uint8_t> special;  // 1 for special added tokens
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab;  // BPE strings
+  // Owns every vocab and added-token string; a deque never moves its elements, so the views
+  // below stay valid while it grows.
+  std::deque<std::string> string_storage;
+  std::vector<std::string_view> token_strings;
+  std::string bytes_arena;            // every token's raw bytes, concatenated by id
+  std::vector<size_t> bytes_offsets;  // [vocab_size + 1] offsets into bytes_arena
+  std::vector<uint8_t> added;         // 1 for added tokens
+  std::vector<uint8_t> special;       // 1 for special added tokens
+  std::unordered_map<std::string_view, int32_t, StringHash> vocab;  // BPE strings
+  // Only filled when ignore_merges is set.
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab_by_bytes;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> added_ids;
   std::array<int32_t, 256> byte_ids{};  // id of each single-byte token, -1 if absent
@@ -424,6 +430,7 @@ struct Tokenizer::Impl {
   AddedTokenTrie raw_added;         // normalized: false
   AddedTokenTrie normalized_added;  // normalized: true
   std::vector<RegexPtr> splits;     // pre-tokenizer stages, in order
+  std::vector<bool> split_jitted;   // whether each stage has JIT code
   std::optional<int32_t> bos;
   WordCache cache;
 
@@ -503,6 +510,7 @@ Status Tokenizer::Impl::ParseModel(const Json& model) {
     return InvalidArgumentError("model.vocab: missing or not an object");
   }
   int64_t max_id = -1;
+  vocab.reserve(vocab_json->size());
   for (const auto& [token, id_json] : vocab_json->items()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
         id_json.get<int64_t>() > kMaxTokenId) {
@@ -514,15 +522,17 @@ Status Tokenizer::Impl::ParseModel(const Json& model) {
                                   static_cast<long long>(id_json.get<int64_t>()));
     }
     max_id = std::max(max_id, id_json.get<int64_t>());
-    vocab.emplace(token, static_cast<int32_t>(id_json.get<int64_t>()));
+    vocab.emplace(string_storage.emplace_back(token), static_cast<int32_t>(id_json.get<int64_t>()));
   }
   token_strings.resize(max_id + 1);
   for (const auto& [token, id] : vocab) token_strings[id] = token;
   byte_ids.fill(-1);
   for (const auto& [token, id] : vocab) {
+    // Single-byte tokens are one byte-table character: 1 or 2 UTF-8 bytes.
+    if (token.size() > 2 && !ignore_merges) continue;
     std::string bytes = BytesOfTokenString(token);
     if (bytes.size() == 1) byte_ids[static_cast<uint8_t>(bytes[0])] = id;
-    vocab_by_bytes.emplace(std::move(bytes), id);
+    if (ignore_merges) vocab_by_bytes.emplace(std::move(bytes), id);
   }
 
   const auto merges_json = model.find("merges");
@@ -530,8 +540,9 @@ Status Tokenizer::Impl::ParseModel(const Json& model) {
     return InvalidArgumentError("model.merges: missing or not an array");
   }
   merges.Reserve(merges_json->size());
-  std::string left;
-  std::string right;
+  std::string_view left;
+  std::string_view right;
+  std::string merged;
   for (size_t rank = 0; rank < merges_json->size(); ++rank) {
     const Json& entry = (*merges_json)[rank];
     if (entry.is_string()) {
@@ -541,22 +552,23 @@ Status Tokenizer::Impl::ParseModel(const Json& model) {
         return InvalidArgumentError("model.merges[%zu]: '%s': want \"left right\" (one space)",
                                     rank, text.c_str());
       }
-      left = text.substr(0, space);
-      right = text.substr(space + 1);
+      left = std::string_view(text).substr(0, space);
+      right = std::string_view(text).substr(space + 1);
     } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() &&
                entry[1].is_string()) {
-      left = entry[0].get<std::string>();
-      right = entry[1].get<std::string>();
+      left = entry[0].get_ref<const std::string&>();
+      right = entry[1].get_ref<const std::string&>();
     } else {
       return InvalidArgumentError("model.merges[%zu]: want \"a b\" or [\"a\", \"b\"]", rank);
     }
     const auto left_it = vocab.find(left);
     const auto right_it = vocab.find(right);
-    const auto merged_it = vocab.find(left + right);
+    merged.assign(left).append(right);
+    const auto merged_it = vocab.find(merged);
     if (left_it == vocab.end() || right_it == vocab.end() || merged_it == vocab.end()) {
-      const std::string& missing = left_it == vocab.end()    ? left
-                                   : right_it == vocab.end() ? right
-                                                             : left + right;
+      const std::string missing(left_it == vocab.end()    ? left
+                                : right_it == vocab.end() ? right
+                                                          : std::string_view(merged));
       return InvalidArgumentError("model.merges[%zu]: '%s' is not in model.vocab", rank,
                                   missing.c_str());
     }
@@ -591,7 +603,7 @@ Status Tokenizer::Impl::ParseAddedTokens(const Json& added_tokens) {
     const auto id = static_cast<int32_t>(id_it->get<int64_t>());
     const std::string& content = content_it->get_ref<const std::string&>();
     if (static_cast<size_t>(id) >= token_strings.size()) token_strings.resize(id + 1);
-    token_strings[id] = content;
+    token_strings[id] = string_storage.emplace_back(content);
     if (static_cast<size_t>(id) >= added.size()) {
       added.resize(id + 1, 0);
       special.resize(id + 1, 0);
@@ -655,6 +667,9 @@ Status Tokenizer::Impl::ParsePreTokenizer(const Json& pre_tokenizer) {
     }
     auto compiled = CompileRegex(text->get_ref<const std::string&>(), regex == nullptr);
     if (!compiled.ok()) return compiled.status().WithPrefix(where + ".pattern");
+    size_t jit_size = 0;
+    pcre2_pattern_info(compiled->get(), PCRE2_INFO_JITSIZE, &jit_size);
+    split_jitted.push_back(jit_size > 0);
     splits.push_back(std::move(compiled).value());
   }
   return UnimplementedError("pre_tokenizer: no ByteLevel stage (byte-level BPE needs one)");
@@ -700,7 +715,11 @@ Status Tokenizer::Impl::SplitStage(size_t stage, std::string_view piece,
   size_t pos = 0;
   while (pos < piece.size()) {
     // The subject is the piece alone: as in HF, a look-ahead never sees past the piece.
-    const int rc = pcre2_match(code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK, data, nullptr);
+    // pcre2_jit_match skips pcre2_match's option checks (a few % of encode time).
+    const int rc =
+        split_jitted[stage]
+            ? pcre2_jit_match(code, subject, piece.size(), pos, 0, data, nullptr)
+            : pcre2_match(code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK, data, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       std::array<PCRE2_UCHAR, 256> message{};
@@ -821,10 +840,16 @@ Result<Tokenizer> Tokenizer::FromJson(std::string_view json_text, std::string_vi
   const size_t size = impl->token_strings.size();
   impl->added.resize(size, 0);
   impl->special.resize(size, 0);
-  impl->token_bytes.resize(size);
+  impl->bytes_offsets.reserve(size + 1);
+  impl->bytes_offsets.push_back(0);
   for (size_t id = 0; id < size; ++id) {
-    impl->token_bytes[id] =
-        impl->added[id] ? impl->token_strings[id] : BytesOfTokenString(impl->token_strings[id]);
+    const std::string_view token = impl->token_strings[id];
+    if (impl->added[id]) {
+      impl->bytes_arena += token;
+    } else {
+      impl->bytes_arena += BytesOfTokenString(token);
+    }
+    impl->bytes_offsets.push_back(impl->bytes_arena.size());
   }
   return Tokenizer(std::move(impl));
 }
@@ -867,7 +892,7 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, const DecodeOptions&
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab_size()) continue;
     if (options.skip_special_tokens && impl_->special[id]) continue;
-    bytes += impl_->token_bytes[id];
+    bytes += TokenBytes(id);
   }
   std::string text;
   text.reserve(bytes.size());
@@ -877,7 +902,8 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, const DecodeOptions&
 
 std::string_view Tokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
-  return impl_->token_bytes[id];
+  const size_t begin = impl_->bytes_offsets[id];
+  return std::string_view(impl_->bytes_arena).substr(begin, impl_->bytes_offsets[id + 1] - begin);
 }
 
 std::string_view Tokenizer::TokenString(int32_t id) const {

@@ -38,6 +38,21 @@ const Tokenizer& V3() {
   return *tokenizer;
 }
 
+// The tiny-a checkpoint's tokenizer (512 ids, all 256 byte tokens, DeepSeek added tokens): loads
+// in milliseconds, so tests whose claim does not need the real vocabulary use it.
+const std::string kTinyTokenizer = kSharedDir + "/goldens/model/checkpoints/tiny-a/tokenizer.json";
+const Tokenizer& Tiny() {
+  static const Tokenizer* tokenizer = [] {
+    auto loaded = Tokenizer::Load(kTinyTokenizer);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "%s\n", loaded.status().ToString().c_str());
+      std::abort();
+    }
+    return new Tokenizer(std::move(loaded).value());
+  }();
+  return *tokenizer;
+}
+
 // An independent well-formedness check (RFC 3629 ranges) for streamed chunks.
 bool IsWellFormedUtf8(const std::string& s) {
   size_t i = 0;
@@ -125,41 +140,41 @@ TEST(TokenizerTest, SpecialTokenIdsMatchTheSpecTable) {
 
 TEST(TokenizerTest, ByteTableMapsSpaceAndNewlineAsSpecified) {
   // §3.4: space -> U+0120 'Ġ', newline -> U+010A 'Ċ'.
-  const auto space = V3().IdOf("Ġ");
-  const auto newline = V3().IdOf("Ċ");
+  const auto space = Tiny().IdOf("Ġ");
+  const auto newline = Tiny().IdOf("Ċ");
   ASSERT_TRUE(space && newline);
-  EXPECT_EQ(V3().TokenBytes(*space), " ");
-  EXPECT_EQ(V3().TokenBytes(*newline), "\n");
-  EXPECT_EQ(V3().TokenString(*space), "Ġ");
+  EXPECT_EQ(Tiny().TokenBytes(*space), " ");
+  EXPECT_EQ(Tiny().TokenBytes(*newline), "\n");
+  EXPECT_EQ(Tiny().TokenString(*space), "Ġ");
   // An added token's bytes are its own UTF-8.
-  EXPECT_EQ(V3().TokenBytes(1), "<｜end▁of▁sentence｜>");
+  EXPECT_EQ(Tiny().TokenBytes(1), "<｜end▁of▁sentence｜>");
 }
 
 TEST(TokenizerTest, AddedTokensAreMatchedUnlessTreatedAsText) {
-  auto matched = V3().Encode("a<｜User｜>b<｜end▁of▁sentence｜>");
+  auto matched = Tiny().Encode("a<｜User｜>b<｜end▁of▁sentence｜>");
   ASSERT_TRUE(matched.ok());
-  auto a = V3().Encode("a");
-  auto b = V3().Encode("b");
+  auto a = Tiny().Encode("a");
+  auto b = Tiny().Encode("b");
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->size(), 1u);
   ASSERT_EQ(b->size(), 1u);
-  EXPECT_THAT(*matched, ElementsAre((*a)[0], 128803, (*b)[0], 1));
+  EXPECT_THAT(*matched, ElementsAre((*a)[0], 505, (*b)[0], 1));  // ids from tokenizer.json
 
   EncodeOptions as_text;
   as_text.special_tokens_as_text = true;
-  auto plain = V3().Encode("a<｜User｜>b", as_text);
+  auto plain = Tiny().Encode("a<｜User｜>b", as_text);
   ASSERT_TRUE(plain.ok());
   EXPECT_GT(plain->size(), 3u);
-  for (const int32_t id : *plain) EXPECT_FALSE(V3().IsAdded(id)) << id;
-  EXPECT_EQ(V3().Decode(*plain), "a<｜User｜>b");
+  for (const int32_t id : *plain) EXPECT_FALSE(Tiny().IsAdded(id)) << id;
+  EXPECT_EQ(Tiny().Decode(*plain), "a<｜User｜>b");
 }
 
 TEST(TokenizerTest, TextWithoutLiteralsEncodesTheSameEitherWay) {
   const std::string text = "Hello, world! 123456 中文テキスト\n\n  indented\ttab <tag> </think";
   EncodeOptions as_text;
   as_text.special_tokens_as_text = true;
-  auto matched = V3().Encode(text);
-  auto plain = V3().Encode(text, as_text);
+  auto matched = Tiny().Encode(text);
+  auto plain = Tiny().Encode(text, as_text);
   ASSERT_TRUE(matched.ok() && plain.ok());
   EXPECT_EQ(*matched, *plain);
 }
@@ -167,23 +182,23 @@ TEST(TokenizerTest, TextWithoutLiteralsEncodesTheSameEitherWay) {
 TEST(TokenizerTest, AddBosPrependsIdZero) {
   EncodeOptions options;
   options.add_bos = true;
-  auto ids = V3().Encode("x", options);
+  auto ids = Tiny().Encode("x", options);
   ASSERT_TRUE(ids.ok());
   ASSERT_EQ(ids->size(), 2u);
   EXPECT_EQ((*ids)[0], 0);
 }
 
 TEST(TokenizerTest, DecodeCanSkipSpecialTokens) {
-  auto ids = V3().Encode("<｜begin▁of▁sentence｜>hi<｜User｜><｜end▁of▁sentence｜>");
+  auto ids = Tiny().Encode("<｜begin▁of▁sentence｜>hi<think><｜end▁of▁sentence｜>");
   ASSERT_TRUE(ids.ok());
   DecodeOptions skip;
   skip.skip_special_tokens = true;
-  EXPECT_EQ(V3().Decode(*ids, skip), "hi<｜User｜>");  // <｜User｜> is not special
-  EXPECT_EQ(V3().Decode(*ids), "<｜begin▁of▁sentence｜>hi<｜User｜><｜end▁of▁sentence｜>");
+  EXPECT_EQ(Tiny().Decode(*ids, skip), "hi<think>");  // <think> is "special": false
+  EXPECT_EQ(Tiny().Decode(*ids), "<｜begin▁of▁sentence｜>hi<think><｜end▁of▁sentence｜>");
 }
 
 TEST(TokenizerTest, InvalidUtf8InputIsAnError) {
-  auto ids = V3().Encode("ab\xC3(");
+  auto ids = Tiny().Encode("ab\xC3(");
   ASSERT_FALSE(ids.ok());
   EXPECT_THAT(ids.status().message(), HasSubstr("UTF-8"));
 }
@@ -217,17 +232,18 @@ TEST(TokenizerTest, RandomUnicodeTextRoundTrips) {
         text += static_cast<char>(0x80 | (cp & 0x3F));
       }
     }
-    auto ids = V3().Encode(text);
+    auto ids = Tiny().Encode(text);
     ASSERT_TRUE(ids.ok());
-    ASSERT_EQ(V3().Decode(*ids), text) << "round " << round;
+    ASSERT_EQ(Tiny().Decode(*ids), text) << "round " << round;
   }
 }
 
-// §3.3 by the book: one symbol per byte-level character, then repeatedly merge the adjacent pair
-// of lowest rank (leftmost on ties), over strings, with the merges read from the JSON here.
+// §3.3 by the book (tiny-a merges): one symbol per byte-level character, then repeatedly merge the
+// adjacent pair of lowest rank (leftmost on ties), over strings, with the merges read from the JSON
+// here.
 std::vector<int32_t> ReferenceBpe(const std::string& byte_level_word) {
   static const auto* tables = [] {
-    auto json = ReadJsonFile(kV3Tokenizer);
+    auto json = ReadJsonFile(kTinyTokenizer);
     EXPECT_TRUE(json.ok());
     auto* t = new std::pair<std::map<std::pair<std::string, std::string>, int>,
                             std::map<std::string, int32_t>>();
@@ -268,7 +284,10 @@ std::vector<int32_t> ReferenceBpe(const std::string& byte_level_word) {
 TEST(TokenizerTest, LongWordsMatchAReferenceBpeLoop) {
   // Letter runs are one pre-token each (§3.2 word regex), so Encode is BPE of the whole run; long
   // runs take the heap path, short ones are cached.
-  std::vector<std::string> words = {"hello", "Supercalifragilisticexpialidocious"};
+  std::vector<std::string> words = {"hello", "Supercalifragilisticexpialidocious", "thethe"};
+  std::string the;
+  for (int i = 0; i < 100; ++i) the += "the";
+  words.push_back(the);
   words.push_back(std::string(300, 'a'));
   std::string mixed;
   for (int i = 0; i < 40; ++i) mixed += "antidisestablishmentarianism";
@@ -277,11 +296,11 @@ TEST(TokenizerTest, LongWordsMatchAReferenceBpeLoop) {
   for (int i = 0; i < 150; ++i) ab += "ab";
   words.push_back(ab);
   for (const std::string& word : words) {
-    auto ids = V3().Encode(word);
+    auto ids = Tiny().Encode(word);
     ASSERT_TRUE(ids.ok());
     EXPECT_EQ(*ids, ReferenceBpe(word)) << word.substr(0, 40);
     // Twice: the second encode may come from the word cache.
-    EXPECT_EQ(*V3().Encode(word), *ids);
+    EXPECT_EQ(*Tiny().Encode(word), *ids);
   }
 }
 
@@ -293,13 +312,13 @@ TEST(TokenizerTest, ConcurrentEncodesEqualSequentialOnes) {
                     std::to_string(i));
   }
   std::vector<std::vector<int32_t>> sequential;
-  for (const std::string& text : texts) sequential.push_back(*V3().Encode(text));
+  for (const std::string& text : texts) sequential.push_back(*Tiny().Encode(text));
   std::vector<std::vector<std::vector<int32_t>>> concurrent(4);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < 20; ++round) {
-        for (const std::string& text : texts) concurrent[t].push_back(*V3().Encode(text));
+        for (const std::string& text : texts) concurrent[t].push_back(*Tiny().Encode(text));
       }
     });
   }
@@ -352,28 +371,28 @@ std::vector<int32_t> ByteTokenIds(const std::string& bytes) {
       token += static_cast<char>(0xC0 | (cp >> 6));
       token += static_cast<char>(0x80 | (cp & 0x3F));
     }
-    const auto id = V3().IdOf(token);
+    const auto id = Tiny().IdOf(token);
     EXPECT_TRUE(id.has_value()) << "byte " << static_cast<int>(b);
     ids.push_back(id.value_or(0));
   }
   return ids;
 }
 
-std::vector<int32_t> EncodeV3(const std::string& text) {
-  auto ids = V3().Encode(text);
+std::vector<int32_t> EncodeTiny(const std::string& text) {
+  auto ids = Tiny().Encode(text);
   EXPECT_TRUE(ids.ok()) << ids.status().ToString();
   return ids.ok() ? *ids : std::vector<int32_t>{};
 }
 
 TEST(StreamingDetokenizerTest, NeverEmitsHalfACharacterAndMatchesDecode) {
   // "世" = E4 B8 96 and "🙂" = F0 9F 99 82, fed one byte token at a time, between ASCII words.
-  std::vector<int32_t> ids = EncodeV3("say ");
+  std::vector<int32_t> ids = EncodeTiny("say ");
   for (const int32_t id : ByteTokenIds("\xE4\xB8\x96")) ids.push_back(id);
-  for (const int32_t id : EncodeV3(" and ")) ids.push_back(id);
+  for (const int32_t id : EncodeTiny(" and ")) ids.push_back(id);
   for (const int32_t id : ByteTokenIds("\xF0\x9F\x99\x82")) ids.push_back(id);
-  for (const int32_t id : EncodeV3(" naïve 中文 🙂 done")) ids.push_back(id);
+  for (const int32_t id : EncodeTiny(" naïve 中文 🙂 done")) ids.push_back(id);
 
-  StreamingDetokenizer stream(V3());
+  StreamingDetokenizer stream(Tiny());
   std::string joined;
   int num_empty = 0;
   for (const int32_t id : ids) {
@@ -383,20 +402,20 @@ TEST(StreamingDetokenizerTest, NeverEmitsHalfACharacterAndMatchesDecode) {
     joined += chunk;
   }
   joined += stream.Finish();
-  EXPECT_EQ(num_empty, 5);  // 2 held bytes of 世 + 3 of 🙂
-  EXPECT_EQ(joined, V3().Decode(ids));
+  EXPECT_GE(num_empty, 5);  // at least the 2 held bytes of 世 + 3 of 🙂
+  EXPECT_EQ(joined, Tiny().Decode(ids));
   EXPECT_EQ(joined, "say 世 and 🙂 naïve 中文 🙂 done");
 }
 
 TEST(StreamingDetokenizerTest, FinishFlushesAnIncompleteCharacterAsReplacement) {
   const std::vector<int32_t> ids = ByteTokenIds("a\xE4\xB8");
-  StreamingDetokenizer stream(V3());
+  StreamingDetokenizer stream(Tiny());
   std::string joined;
   for (const int32_t id : ids) joined += stream.Push(id);
   EXPECT_EQ(joined, "a");
   joined += stream.Finish();
   EXPECT_EQ(joined, "a\uFFFD");
-  EXPECT_EQ(joined, V3().Decode(ids));
+  EXPECT_EQ(joined, Tiny().Decode(ids));
 }
 
 // A handcrafted tokenizer: printable ASCII maps to itself in the byte table, so plain letters are
