@@ -411,9 +411,8 @@ size_t AppendUtf8Lossy(std::string_view bytes, bool final, std::string* out) {
 // ---------------------------------------------------------------------------------------------
 
 struct Tokenizer::Impl {
-  // Per-id tables; ids without a token have empty strings.
   // Owns every vocab and added-token string; a deque never moves its elements, so the views
-  // below stay valid while it grows.
+  // below stay valid while it grows. Per-id tables give ids without a token empty strings.
   std::deque<std::string> string_storage;
   std::vector<std::string_view> token_strings;
   std::string bytes_arena;            // every token's raw bytes, concatenated by id
