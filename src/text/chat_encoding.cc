@@ -11,26 +11,14 @@
 #include <vector>
 
 #include "base/log.h"
+#include "text/special_tokens.h"
 
 namespace dsv41 {
 namespace {
 
-// §5: the special tokens the template writes, matched by string.
-constexpr std::string_view kBos = "<｜begin▁of▁sentence｜>";
-constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
-constexpr std::string_view kSystemToken = "<｜System｜>";
-constexpr std::string_view kUserToken = "<｜User｜>";
-constexpr std::string_view kAssistantToken = "<｜Assistant｜>";
-constexpr std::string_view kThinkOpen = "<think>";
-constexpr std::string_view kThinkClose = "</think>";
-constexpr std::string_view kDsml = "｜DSML｜";
-constexpr std::string_view kLatestReminderToken = "<｜latest_reminder｜>";
-constexpr std::string_view kImageToken = "<｜deepseek_image｜>";
+// §6.7: task names, parallel to kTaskTokens (text/special_tokens.h).
 constexpr std::array<std::string_view, 6> kTasks = {"action", "query", "authority",
                                                     "domain", "title", "read_url"};
-constexpr std::array<std::string_view, 6> kTaskTokens = {"<｜action｜>",    "<｜query｜>",
-                                                         "<｜authority｜>", "<｜domain｜>",
-                                                         "<｜title｜>",     "<｜read_url｜>"};
 // Every literal above that may appear inside template text.
 constexpr std::array<std::string_view, 16> kTemplateSpecials = {
     kBos,           kEos,           kSystemToken,   kUserToken,           kAssistantToken,

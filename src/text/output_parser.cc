@@ -11,12 +11,11 @@
 
 #include "base/log.h"
 #include "text/json_format.h"
+#include "text/special_tokens.h"
 
 namespace dsv41 {
 namespace {
 
-constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
-constexpr std::string_view kThinkClose = "</think>";
 // §7.2 step 3: the blank line belongs to the opener.
 constexpr std::string_view kOpener = "\n\n<｜DSML｜ calls>";
 constexpr std::string_view kCallsClose = "</｜DSML｜ calls>";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/json.h"
+#include "text/special_tokens.h"
 #include "tiny/tiny_random.h"
 
 namespace dsv41 {
@@ -193,23 +194,17 @@ struct AddedToken {
 
 // The V4.1 added tokens by their real strings (tokenizer-and-chat.md §5), in release id order.
 std::vector<AddedToken> V41AddedTokens() {
-  return {{"<｜System｜>", true},
-          {"<｜fim▁hole｜>", true},
-          {"<｜fim▁begin｜>", true},
-          {"<｜fim▁end｜>", true},
-          {"<｜User｜>", true},
-          {"<｜Assistant｜>", true},
-          {"<|EOT|>", true},
-          {"<think>", false},
-          {"</think>", false},
-          {"｜DSML｜", false},
-          {"<｜latest_reminder｜>", true},
-          {"<｜action｜>", true},
-          {"<｜query｜>", true},
-          {"<｜authority｜>", true},
-          {"<｜domain｜>", true},
-          {"<｜title｜>", true},
-          {"<｜read_url｜>", true}};
+  std::vector<AddedToken> tokens = {{std::string(kSystemToken), true}};
+  for (std::string_view fim : kFimTokens) tokens.push_back({std::string(fim), true});
+  tokens.push_back({std::string(kUserToken), true});
+  tokens.push_back({std::string(kAssistantToken), true});
+  tokens.push_back({std::string(kEotToken), true});
+  tokens.push_back({std::string(kThinkOpen), false});
+  tokens.push_back({std::string(kThinkClose), false});
+  tokens.push_back({std::string(kDsml), false});
+  tokens.push_back({std::string(kLatestReminderToken), true});
+  for (std::string_view task : kTaskTokens) tokens.push_back({std::string(task), true});
+  return tokens;
 }
 
 OrderedJson AddedTokenJson(int32_t id, const std::string& content, bool special) {
@@ -259,7 +254,8 @@ Result<SyntheticTokenizer> BuildSyntheticTokenizer(int32_t vocab_size, uint64_t 
   OrderedJson vocab = OrderedJson::object();
   OrderedJson added = OrderedJson::array();
   int32_t next_id = 0;
-  for (const char* s : {"<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"}) {
+  for (std::string_view special : {kBos, kEos, kPad}) {
+    const std::string s(special);
     added.push_back(AddedTokenJson(next_id, s, true));
     vocab[s] = next_id++;
   }
@@ -284,12 +280,12 @@ Result<SyntheticTokenizer> BuildSyntheticTokenizer(int32_t vocab_size, uint64_t 
   };
   for (const AddedToken& t : v41_tokens) {
     const int32_t id = add_token(t.content, t.special);
-    if (t.content == "<｜System｜>") out.system_id = id;
+    if (t.content == kSystemToken) out.system_id = id;
   }
   for (int32_t n = 0; next_id < vocab_size - 1; ++n) {
     add_token("<｜place▁holder▁no▁" + std::to_string(n) + "｜>", true);
   }
-  out.image_id = add_token("<｜deepseek_image｜>", true);
+  out.image_id = add_token(std::string(kImageToken), true);
 
   OrderedJson tok;
   tok["version"] = "1.0";
@@ -326,9 +322,9 @@ Result<SyntheticTokenizer> BuildSyntheticTokenizer(int32_t vocab_size, uint64_t 
   OrderedJson cfg;
   cfg["add_bos_token"] = false;
   cfg["add_eos_token"] = false;
-  cfg["bos_token"] = "<｜begin▁of▁sentence｜>";
-  cfg["eos_token"] = "<｜end▁of▁sentence｜>";
-  cfg["pad_token"] = "<｜▁pad▁｜>";
+  cfg["bos_token"] = kBos;
+  cfg["eos_token"] = kEos;
+  cfg["pad_token"] = kPad;
   cfg["unk_token"] = nullptr;
   cfg["clean_up_tokenization_spaces"] = false;
   cfg["legacy"] = true;

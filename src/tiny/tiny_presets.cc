@@ -3,18 +3,6 @@
 namespace dsv41 {
 namespace {
 
-QuantizationConfig ReleasedQuantization() {
-  QuantizationConfig q;
-  q.quantized = true;
-  q.quant_method = "fp8";
-  q.activation_scheme = "dynamic";
-  q.weight_block_rows = 32;
-  q.weight_block_cols = 32;
-  q.scale_fmt = "ue8m0";
-  q.expert_dtype = "fp4";
-  return q;
-}
-
 // checkpoint.md §8.2 "tiny-v41": 10 layers whose plan is SWA, SWA+Engram, Full r2, Reuse,
 // Full r2+Engram, Reuse, Full r1 + candidate source, Reuse, Reindex (filter), Reuse.
 ModelConfig TinyConfig() {
@@ -68,7 +56,7 @@ ModelConfig TinyConfig() {
   c.dspark_markov_rank = 32;
   c.dspark_n_routed_experts = 4;
   c.dspark_num_experts_per_tok = 2;
-  c.quantization = ReleasedQuantization();
+  c.quantization = ReleasedConfig().quantization;
   // Filled in by the writer from the tokenizer it generates: engram_num_embeddings (primes),
   // engram_compressed_vocab_size (token map), dspark_noise_token_id.
   return c;
