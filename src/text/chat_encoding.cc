@@ -442,6 +442,21 @@ const JsonValue* Member(const JsonValue& object, std::string_view key) {
 
 // Content of a non-user message (or a tool result): a string, null, or text parts joined by
 // "\n\n" (§6.9).
+// The `type` of content part `p`: an object with a string type that is not an image.
+Result<const JsonValue*> ContentPartType(const JsonValue& part, const std::string& field,
+                                         size_t p) {
+  const JsonValue* type = part.Find("type");
+  if (!part.is_object() || type == nullptr || !type->is_string()) {
+    return InvalidArgumentError("%s[%zu]: a content part must be an object with a string 'type'",
+                                field.c_str(), p);
+  }
+  if (IsImagePartType(type->text)) {
+    return InvalidArgumentError("%s[%zu]: image content is not supported (text-only deployment)",
+                                field.c_str(), p);
+  }
+  return type;
+}
+
 Result<std::string> JoinedTextContent(const JsonValue* content, const std::string& field) {
   if (content == nullptr) return std::string();
   if (content->is_string()) return content->text;
@@ -451,15 +466,7 @@ Result<std::string> JoinedTextContent(const JsonValue* content, const std::strin
   std::string joined;
   for (size_t p = 0; p < content->array.size(); ++p) {
     const JsonValue& part = content->array[p];
-    const JsonValue* type = part.Find("type");
-    if (!part.is_object() || type == nullptr || !type->is_string()) {
-      return InvalidArgumentError("%s[%zu]: a content part must be an object with a string 'type'",
-                                  field.c_str(), p);
-    }
-    if (IsImagePartType(type->text)) {
-      return InvalidArgumentError("%s[%zu]: image content is not supported (text-only deployment)",
-                                  field.c_str(), p);
-    }
+    DSV41_ASSIGN_OR_RETURN(const JsonValue* type, ContentPartType(part, field, p));
     const JsonValue* text = part.Find("text");
     if (type->text != "text" || text == nullptr || !text->is_string()) {
       return InvalidArgumentError("%s[%zu]: unsupported content part type '%s' (want text)",
@@ -489,15 +496,7 @@ Result<std::vector<ChatBlock>> UserContentBlocks(const JsonValue* content,
   }
   for (size_t p = 0; p < content->array.size(); ++p) {
     const JsonValue& part = content->array[p];
-    const JsonValue* type = part.Find("type");
-    if (!part.is_object() || type == nullptr || !type->is_string()) {
-      return InvalidArgumentError("%s[%zu]: a content part must be an object with a string 'type'",
-                                  field.c_str(), p);
-    }
-    if (IsImagePartType(type->text)) {
-      return InvalidArgumentError("%s[%zu]: image content is not supported (text-only deployment)",
-                                  field.c_str(), p);
-    }
+    DSV41_ASSIGN_OR_RETURN(const JsonValue* type, ContentPartType(part, field, p));
     if (type->text == "text") {
       const JsonValue* text = part.Find("text");
       if (text == nullptr || !text->is_string()) {
