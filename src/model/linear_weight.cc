@@ -1,0 +1,73 @@
+#include "model/linear_weight.h"
+
+#include <optional>
+#include <string>
+
+#include "checkpoint/dtype.h"
+#include "model/tensor_inventory.h"  // ShapeString
+#include "model/weights.h"
+
+namespace dsv41 {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view prefix) {
+  const std::string weight_name = std::string(prefix) + ".weight";
+  const std::string scale_name = std::string(prefix) + ".scale";
+  DSV41_ASSIGN_OR_RETURN(TensorView w, weights.Get(weight_name));
+  std::optional<TensorView> scale = weights.checkpoint().Find(scale_name);
+  if (w.shape.size() != 2 || w.shape[0] <= 0 || w.shape[1] <= 0) {
+    return InvalidArgumentError("'%s': shape %s, want a non-empty [out, in] matrix",
+                                weight_name.c_str(), ShapeString(w.shape).c_str());
+  }
+  LinearWeight out;
+  out.out = w.shape[0];
+  out.weight = w.bytes;
+  Shape want_scale;
+  switch (w.dtype) {
+    case DType::kBF16:
+    case DType::kF32:
+      if (scale.has_value()) {
+        return InvalidArgumentError("'%s': %s weight with a '%s' companion", weight_name.c_str(),
+                                    std::string(DTypeName(w.dtype)).c_str(), scale_name.c_str());
+      }
+      out.format = w.dtype == DType::kBF16 ? WeightFormat::kBf16 : WeightFormat::kF32;
+      out.in = w.shape[1];
+      return out;
+    case DType::kF8E4M3:
+      out.format = WeightFormat::kFp8Block;
+      out.in = w.shape[1];
+      want_scale = {CeilDiv(out.out, 32), CeilDiv(out.in, 32)};
+      break;
+    case DType::kI8:
+      out.format = WeightFormat::kMxfp4;
+      out.in = w.shape[1] * 2;  // two e2m1 values per byte
+      if (out.in % 32 != 0) {
+        return InvalidArgumentError(
+            "'%s': MXFP4 shape %s, want an input size that is a multiple "
+            "of 32 (got %lld)",
+            weight_name.c_str(), ShapeString(w.shape).c_str(), static_cast<long long>(out.in));
+      }
+      want_scale = {out.out, out.in / 32};
+      break;
+    default:
+      return InvalidArgumentError("'%s': dtype %s is not a linear weight format",
+                                  weight_name.c_str(), std::string(DTypeName(w.dtype)).c_str());
+  }
+  if (!scale.has_value()) {
+    return InvalidArgumentError("'%s': %s weight without '%s'", weight_name.c_str(),
+                                std::string(DTypeName(w.dtype)).c_str(), scale_name.c_str());
+  }
+  if (scale->dtype != DType::kF8E8M0 || scale->shape != want_scale) {
+    return InvalidArgumentError("'%s': %s %s, want F8_E8M0 %s", scale_name.c_str(),
+                                std::string(DTypeName(scale->dtype)).c_str(),
+                                ShapeString(scale->shape).c_str(), ShapeString(want_scale).c_str());
+  }
+  out.scale = scale->bytes;
+  return out;
+}
+
+}  // namespace dsv41

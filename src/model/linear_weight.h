@@ -1,0 +1,26 @@
+#pragma once
+
+#include <string_view>
+
+#include "base/status.h"
+#include "kernels/linear.h"
+
+namespace dsv41 {
+
+class ModelWeights;
+
+// The stored linear weight `<prefix>.weight` (with `<prefix>.scale` when present) as a kernels
+// view, its format chosen from the dtypes as model.md §12.4's rule for unknown checkpoints says:
+// F8_E4M3 + F8_E8M0 scale [ceil(out/32), ceil(in/32)] → kFp8Block, I8 (e2m1 pairs) + F8_E8M0 scale
+// [out, in/32] → kMxfp4, BF16 → kBf16, F32 → kF32. Errors (missing tensor, a scale on a bf16/fp32
+// weight, a quantised weight without a scale, wrong rank or scale shape) name the tensor. The view
+// points into `weights`' mappings and lives as long as it.
+Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view prefix);
+
+// Whether the product with `w` quantises its input first (model.md §12.3): FP8 and FP4 weights.
+inline LinearOptions LinearOptionsFor(const LinearWeight& w) {
+  return LinearOptions{.quantize_activations =
+                           w.format == WeightFormat::kFp8Block || w.format == WeightFormat::kMxfp4};
+}
+
+}  // namespace dsv41
