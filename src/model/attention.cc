@@ -1,0 +1,313 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+#include "checkpoint/dtype.h"
+#include "model/linear_weight.h"
+#include "model/weights.h"
+#include "numerics/arith.h"
+#include "numerics/codecs.h"
+#include "numerics/fake_quant.h"
+
+namespace dsv41 {
+namespace {
+
+// model.md §5 RMSNorm of one row: ms = ExactMeanSquare(x), r = CrRsqrt(ms + fp32(eps)),
+// y = bf16(w · (x · r)). In place.
+void RmsNormRow(std::span<float> x, std::span<const float> weight, float eps) {
+  const float r = CrRsqrt(ExactMeanSquare(x) + eps);
+  for (size_t d = 0; d < x.size(); ++d) x[d] = Bf16Round(weight[d] * (x[d] * r));
+}
+
+void RoundToBf16(std::span<float> x) {
+  for (float& v : x) v = Bf16Round(v);
+}
+
+// y = bf16(W · x) over `rows` rows, with the activation quantisation the weight's format asks for
+// (§12.3, §12.4).
+void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
+                ThreadPool* pool) {
+  Linear(w, x, rows, y, LinearOptionsFor(w), pool);
+  RoundToBf16(y);
+}
+
+// The fp32 values of a 1-D BF16 or F32 tensor `name` of `size` elements.
+Result<std::vector<float>> GetVector(const ModelWeights& weights, const std::string& name,
+                                     int64_t size) {
+  DSV41_ASSIGN_OR_RETURN(TensorView view, weights.Get(name));
+  if (view.shape.size() != 1 || view.shape[0] != size) {
+    return InvalidArgumentError("'%s': want shape [%lld]", name.c_str(),
+                                static_cast<long long>(size));
+  }
+  std::vector<float> values(size);
+  if (view.dtype == DType::kBF16) {
+    for (int64_t i = 0; i < size; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, view.bytes.data() + 2 * i, 2);
+      values[i] = F32FromBf16(bits);
+    }
+  } else if (view.dtype == DType::kF32) {
+    std::memcpy(values.data(), view.bytes.data(), 4 * size);
+  } else {
+    return InvalidArgumentError("'%s': dtype %s, want BF16 or F32", name.c_str(),
+                                std::string(DTypeName(view.dtype)).c_str());
+  }
+  return values;
+}
+
+Result<LinearWeight> GetLinearShaped(const ModelWeights& weights, const std::string& prefix,
+                                     int64_t out, int64_t in) {
+  DSV41_ASSIGN_OR_RETURN(LinearWeight w, GetLinear(weights, prefix));
+  if (w.out != out || w.in != in) {
+    return InvalidArgumentError("'%s.weight': shape [%lld, %lld], want [%lld, %lld]",
+                                prefix.c_str(), static_cast<long long>(w.out),
+                                static_cast<long long>(w.in), static_cast<long long>(out),
+                                static_cast<long long>(in));
+  }
+  return w;
+}
+
+// Rows [row_begin, row_begin + num_rows) of `w` as a weight of their own (the byte layouts of
+// kernels/linear.h are row-major, so a row range is a contiguous slice; FP8 blocks must not be
+// split across the range's edges).
+Result<LinearWeight> SliceRows(const LinearWeight& w, int64_t row_begin, int64_t num_rows,
+                               const std::string& name) {
+  LinearWeight slice = w;
+  slice.out = num_rows;
+  switch (w.format) {
+    case WeightFormat::kBf16:
+    case WeightFormat::kF32: {
+      const size_t elem = w.format == WeightFormat::kBf16 ? 2 : 4;
+      slice.weight = w.weight.subspan(row_begin * w.in * elem, num_rows * w.in * elem);
+      return slice;
+    }
+    case WeightFormat::kFp8Block: {
+      constexpr int64_t kTile = 32;
+      if (row_begin % kTile != 0 || (num_rows % kTile != 0 && row_begin + num_rows != w.out)) {
+        return InvalidArgumentError(
+            "'%s': output groups of %lld rows split its 32x32 FP8 scale tiles", name.c_str(),
+            static_cast<long long>(num_rows));
+      }
+      const int64_t scale_cols = (w.in + kTile - 1) / kTile;
+      slice.weight = w.weight.subspan(row_begin * w.in, num_rows * w.in);
+      slice.scale = w.scale.subspan((row_begin / kTile) * scale_cols,
+                                    ((num_rows + kTile - 1) / kTile) * scale_cols);
+      return slice;
+    }
+    case WeightFormat::kMxfp4: {
+      slice.weight = w.weight.subspan(row_begin * (w.in / 2), num_rows * (w.in / 2));
+      slice.scale = w.scale.subspan(row_begin * (w.in / 32), num_rows * (w.in / 32));
+      return slice;
+    }
+  }
+  return InternalError("'%s': unknown weight format", name.c_str());
+}
+
+}  // namespace
+
+void SinkAttention(std::span<const float> q, std::span<const float* const> keys, float sink,
+                   float scale, std::span<float> out) {
+  const size_t dim = q.size();
+  DSV41_CHECK(out.size() == dim, "out %zu, q %zu", out.size(), dim);
+  if (keys.empty()) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    return;
+  }
+  std::vector<float> acc(dim, 0.0f);
+  std::vector<ExactAccumulator> pv(dim);
+  float scores[kAttentionKeyBlock];
+  float probs[kAttentionKeyBlock];
+  float m = -1e30f;
+  float den = 0.0f;
+  for (size_t begin = 0; begin < keys.size(); begin += kAttentionKeyBlock) {
+    const size_t n = std::min<size_t>(kAttentionKeyBlock, keys.size() - begin);
+    float block_max = -INFINITY;
+    for (size_t k = 0; k < n; ++k) {
+      scores[k] = ExactDot(q, std::span<const float>(keys[begin + k], dim)) * scale;
+      block_max = std::max(block_max, scores[k]);
+    }
+    const float m_new = std::max(m, block_max);
+    const float alpha = CrExp(m - m_new);
+    for (size_t k = 0; k < n; ++k) probs[k] = CrExp(scores[k] - m_new);
+    den = den * alpha + ExactSum(std::span<const float>(probs, n));
+    for (ExactAccumulator& a : pv) a.Reset();
+    for (size_t k = 0; k < n; ++k) {
+      const float p = Bf16Round(probs[k]);
+      const float* key = keys[begin + k];
+      for (size_t d = 0; d < dim; ++d) pv[d].AddProduct(p, key[d]);
+    }
+    for (size_t d = 0; d < dim; ++d) acc[d] = acc[d] * alpha + pv[d].Round();
+    m = m_new;
+  }
+  den = den + CrExp(sink - m);
+  for (size_t d = 0; d < dim; ++d) out[d] = Bf16Round(acc[d] / den);
+}
+
+std::span<const float> SwaCache::Row(int32_t pos) const {
+  DSV41_CHECK(pos >= 0 && pos < num_positions(), "SWA row %d of %d", pos, num_positions());
+  return std::span<const float>(rows_).subspan(static_cast<size_t>(pos) * head_dim_, head_dim_);
+}
+
+void SwaCache::Append(std::span<const float> row) {
+  DSV41_CHECK(row.size() == static_cast<size_t>(head_dim_), "row %zu, head_dim %d", row.size(),
+              head_dim_);
+  rows_.insert(rows_.end(), row.begin(), row.end());
+}
+
+Attention::Attention(const ModelConfig& config, const LayerRole& role, std::string prefix)
+    : config_(config),
+      role_(role),
+      prefix_(std::move(prefix)),
+      rope_(Rope::ForTable(config, role.rope_table)),
+      attn_scale_(CrRsqrt(static_cast<float>(config.head_dim))) {}
+
+Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights, int32_t layer) {
+  const LayerPlan& plan = weights.plan();
+  if (layer < 0 || layer >= static_cast<int32_t>(plan.layers.size())) {
+    return InvalidArgumentError("attention: layer %d of %zu", layer, plan.layers.size());
+  }
+  return Create(weights, "layers." + std::to_string(layer) + ".attn", plan.layers[layer]);
+}
+
+Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights,
+                                                     const std::string& prefix,
+                                                     const LayerRole& role) {
+  if (role.mode != LayerMode::kSwaOnly) {
+    return UnimplementedError("%s: attention mode '%s' is not implemented yet", prefix.c_str(),
+                              std::string(LayerModeName(role.mode)).c_str());
+  }
+  const ModelConfig& c = weights.config();
+  std::unique_ptr<Attention> a(new Attention(c, role, prefix));
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
+  DSV41_ASSIGN_OR_RETURN(a->wq_a_,
+                         GetLinearShaped(weights, prefix + ".wq_a", c.q_lora_rank, hidden));
+  DSV41_ASSIGN_OR_RETURN(a->wq_b_,
+                         GetLinearShaped(weights, prefix + ".wq_b", q_dim, c.q_lora_rank));
+  DSV41_ASSIGN_OR_RETURN(a->wkv_, GetLinearShaped(weights, prefix + ".wkv", c.head_dim, hidden));
+  DSV41_ASSIGN_OR_RETURN(LinearWeight wo_a,
+                         GetLinearShaped(weights, prefix + ".wo_a", c.wo_a_out(), c.group_in()));
+  // §12.4: the reference dequantises wo_a to bf16 and multiplies without activation quantisation.
+  // FP8 values times power-of-two scales are exact in bf16, so the stored weight serves as is.
+  for (int32_t g = 0; g < c.o_groups; ++g) {
+    DSV41_ASSIGN_OR_RETURN(LinearWeight slice,
+                           SliceRows(wo_a, static_cast<int64_t>(g) * c.o_lora_rank, c.o_lora_rank,
+                                     prefix + ".wo_a.weight"));
+    a->wo_a_groups_.push_back(slice);
+  }
+  DSV41_ASSIGN_OR_RETURN(a->wo_b_,
+                         GetLinearShaped(weights, prefix + ".wo_b", hidden, c.wo_a_out()));
+  DSV41_ASSIGN_OR_RETURN(a->q_norm_, GetVector(weights, prefix + ".q_norm.weight", c.q_lora_rank));
+  DSV41_ASSIGN_OR_RETURN(a->kv_norm_, GetVector(weights, prefix + ".kv_norm.weight", c.head_dim));
+  DSV41_ASSIGN_OR_RETURN(a->attn_sink_,
+                         GetVector(weights, prefix + ".attn_sink", c.num_attention_heads));
+  return a;
+}
+
+void Attention::Forward(std::span<const float> x, int32_t num_tokens, AttentionCache& cache,
+                        std::span<float> out, ThreadPool* pool) const {
+  const int64_t t_count = num_tokens;
+  const int64_t hidden = config_.hidden_size;
+  const int64_t num_heads = config_.num_attention_heads;
+  const int64_t head_dim = config_.head_dim;
+  const int64_t q_rank = config_.q_lora_rank;
+  const int64_t half = config_.qk_rope_head_dim / 2;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden, "x %zu", x.size());
+  DSV41_CHECK(static_cast<int64_t>(out.size()) == t_count * hidden, "out %zu", out.size());
+  DSV41_CHECK(cache.swa.head_dim() == head_dim, "cache head_dim %d", cache.swa.head_dim());
+  const int32_t start_pos = cache.swa.num_positions();
+
+  // cos/sin of every new position, shared by q, kv and the inverse rotation of the output.
+  std::vector<float> cos(t_count * half);
+  std::vector<float> sin(t_count * half);
+  for (int64_t t = 0; t < t_count; ++t) {
+    rope_.Angles(start_pos + static_cast<int32_t>(t), std::span<float>(cos).subspan(t * half, half),
+                 std::span<float>(sin).subspan(t * half, half));
+  }
+  auto cos_of = [&](int64_t t) { return std::span<const float>(cos).subspan(t * half, half); };
+  auto sin_of = [&](int64_t t) { return std::span<const float>(sin).subspan(t * half, half); };
+
+  // §7.1 query path: qr = RMSNorm(q_norm, wq_a·x); q = rope(wq_b·qr) per head.
+  std::vector<float> qr(t_count * q_rank);
+  LinearBf16(wq_a_, x, t_count, qr, pool);
+  for (int64_t t = 0; t < t_count; ++t) {
+    RmsNormRow(std::span<float>(qr).subspan(t * q_rank, q_rank), q_norm_, eps);
+  }
+  std::vector<float> q(t_count * num_heads * head_dim);
+  LinearBf16(wq_b_, qr, t_count, q, pool);
+  for (int64_t t = 0; t < t_count; ++t) {
+    for (int64_t h = 0; h < num_heads; ++h) {
+      Rope::RotateWith(std::span<float>(q).subspan((t * num_heads + h) * head_dim, head_dim),
+                       cos_of(t), sin_of(t), /*inverse=*/false);
+    }
+  }
+
+  // §7.2 SWA path: kv = fq8_b32(rope(RMSNorm(kv_norm, wkv·x))), one window row per position.
+  std::vector<float> kv(t_count * head_dim);
+  LinearBf16(wkv_, x, t_count, kv, pool);
+  for (int64_t t = 0; t < t_count; ++t) {
+    std::span<float> row = std::span<float>(kv).subspan(t * head_dim, head_dim);
+    RmsNormRow(row, kv_norm_, eps);
+    Rope::RotateWith(row, cos_of(t), sin_of(t), /*inverse=*/false);
+    FakeQuantFq8B32(row);
+    cache.swa.Append(row);
+  }
+
+  // §7.6: each (token, head) attends the window rows max(0, p − W + 1) .. p in position order.
+  std::vector<float> o(t_count * num_heads * head_dim);
+  const int32_t window = config_.sliding_window;
+  auto attend = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+    std::vector<const float*> keys;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t t = i / num_heads;
+      const int64_t h = i % num_heads;
+      const int32_t pos = start_pos + static_cast<int32_t>(t);
+      keys.clear();
+      for (int32_t k = std::max(0, pos - window + 1); k <= pos; ++k) {
+        keys.push_back(cache.swa.Row(k).data());
+      }
+      SinkAttention(std::span<const float>(q).subspan(i * head_dim, head_dim), keys, attn_sink_[h],
+                    attn_scale_, std::span<float>(o).subspan(i * head_dim, head_dim));
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(t_count * num_heads, 1, attend);
+  } else {
+    attend(0, t_count * num_heads, 0);
+  }
+
+  // §7.7: inverse RoPE of every head's output, then the grouped wo_a product and wo_b.
+  for (int64_t t = 0; t < t_count; ++t) {
+    for (int64_t h = 0; h < num_heads; ++h) {
+      Rope::RotateWith(std::span<float>(o).subspan((t * num_heads + h) * head_dim, head_dim),
+                       cos_of(t), sin_of(t), /*inverse=*/true);
+    }
+  }
+  const int64_t group_in = config_.group_in();
+  const int64_t o_rank = config_.o_lora_rank;
+  const int64_t num_groups = config_.o_groups;
+  std::vector<float> group_x(t_count * group_in);
+  std::vector<float> group_z(t_count * o_rank);
+  std::vector<float> z(t_count * num_groups * o_rank);
+  for (int64_t g = 0; g < num_groups; ++g) {
+    for (int64_t t = 0; t < t_count; ++t) {
+      std::copy_n(o.begin() + (t * num_groups + g) * group_in, group_in,
+                  group_x.begin() + t * group_in);
+    }
+    Linear(wo_a_groups_[g], group_x, t_count, group_z, LinearOptions{}, pool);
+    for (int64_t t = 0; t < t_count; ++t) {
+      for (int64_t r = 0; r < o_rank; ++r) {
+        z[(t * num_groups + g) * o_rank + r] = Bf16Round(group_z[t * o_rank + r]);
+      }
+    }
+  }
+  LinearBf16(wo_b_, z, t_count, out, pool);
+}
+
+}  // namespace dsv41

@@ -1,0 +1,111 @@
+#pragma once
+
+// One layer's attention (model.md §7): the query path (§7.1), the layer's own SWA KV (§7.2), the
+// sparse attention with the per-head sink (§7.6), the inverse RoPE and the grouped low-rank
+// output projection (§7.7), with the bf16 rounding points of §12.5. One Attention object per
+// layer, built from the layer plan's role; this version implements the SWA-only role. The
+// compressed-entry paths of the other roles (compressor, publishing, indexer: §7.3–7.5) extend
+// the same object: they add keys to the per-token key list that SinkAttention consumes.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/linear.h"
+#include "model/config.h"
+#include "model/layer_plan.h"
+#include "model/rope.h"
+
+namespace dsv41 {
+
+class ModelWeights;
+class ThreadPool;
+
+// model.md §7.6: the key list is cut into consecutive blocks of this many keys.
+inline constexpr int32_t kAttentionKeyBlock = 64;
+
+// The sparse attention of one query head over an ordered key list (K = V), model.md §7.6:
+// online softmax over blocks of kAttentionKeyBlock keys, running max starting at -1e30,
+// s_k = fp32(ExactDot(q, k)) · scale, p_k = CrExp(s_k − m'), den = den·α + ExactSum(p_k),
+// acc = acc·α + ExactSum_k(bf16(p_k)·k) per dim, then den += CrExp(sink − m) after the last block
+// (the sink never enters the running max), out = bf16(acc / den). q, out: head_dim floats; every
+// keys[i] points at head_dim floats. An empty key list gives zeros. Pure; thread-safe.
+void SinkAttention(std::span<const float> q, std::span<const float* const> keys, float sink,
+                   float scale, std::span<float> out);
+
+// The window rows a layer keeps for one request (model.md §7.10): the post-RoPE, fq8-quantised
+// head_dim row of every position 0..num_positions()−1, contiguous. Rows older than the window are
+// kept (simple and exact; a ring of `sliding_window` rows is a later memory optimisation).
+// Engine thread only.
+class SwaCache {
+ public:
+  explicit SwaCache(int32_t head_dim) : head_dim_(head_dim) {}
+
+  int32_t head_dim() const { return head_dim_; }
+  int32_t num_positions() const { return static_cast<int32_t>(rows_.size() / head_dim_); }
+  // The row of position `pos` < num_positions().
+  std::span<const float> Row(int32_t pos) const;
+  // Stores `row` (head_dim values) as position num_positions().
+  void Append(std::span<const float> row);
+
+ private:
+  int32_t head_dim_;
+  std::vector<float> rows_;
+};
+
+// A request's per-layer attention state (model.md §7.10). The SWA-only role owns the window rows
+// alone; the compressed KV, index keys and pending pair of kv sources join here.
+struct AttentionCache {
+  explicit AttentionCache(int32_t head_dim) : swa(head_dim) {}
+  SwaCache swa;
+};
+
+// The attention sublayer of one layer. Immutable after Create (weights are views into the
+// ModelWeights, which must outlive it); Forward is const and may run for different requests one
+// after another. Engine thread only (Forward uses `pool` for its parallel parts).
+class Attention {
+ public:
+  // The attention of backbone layer `layer` (weights `layers.<layer>.attn.*`), as its role in the
+  // plan says. Unimplemented for roles other than SWA-only (for now); errors name the tensor.
+  static Result<std::unique_ptr<Attention>> Create(const ModelWeights& weights, int32_t layer);
+
+  // The same from an explicit prefix (e.g. "layers.3.attn") and role (DSpark stages pass their
+  // own prefix and an SWA-only role with the main table).
+  static Result<std::unique_ptr<Attention>> Create(const ModelWeights& weights,
+                                                   const std::string& prefix,
+                                                   const LayerRole& role);
+
+  const LayerRole& role() const { return role_; }
+
+  // A fresh per-request cache for this layer.
+  AttentionCache NewCache() const { return AttentionCache(config_.head_dim); }
+
+  // Runs the layer for `num_tokens` new tokens of one request at positions
+  // cache.swa.num_positions() .. + num_tokens − 1 (prefill, a chunk or one decode step: model.md
+  // §7.9). x: [num_tokens, hidden_size] attention input (bf16 values); out: [num_tokens,
+  // hidden_size] bf16 values. Appends the new window rows to `cache`. `pool` may be null.
+  void Forward(std::span<const float> x, int32_t num_tokens, AttentionCache& cache,
+               std::span<float> out, ThreadPool* pool) const;
+
+ private:
+  Attention(const ModelConfig& config, const LayerRole& role, std::string prefix);
+
+  ModelConfig config_;
+  LayerRole role_;
+  std::string prefix_;
+  Rope rope_;
+  float attn_scale_;  // fp32(head_dim^-0.5), converted once (§12.8 item 5)
+  LinearWeight wq_a_;
+  LinearWeight wq_b_;
+  LinearWeight wkv_;
+  std::vector<LinearWeight> wo_a_groups_;  // wo_a rows of group g, as a bf16-exact product
+  LinearWeight wo_b_;
+  std::vector<float> q_norm_;   // bf16 values of q_norm.weight
+  std::vector<float> kv_norm_;  // bf16 values of kv_norm.weight
+  std::vector<float> attn_sink_;
+};
+
+}  // namespace dsv41
