@@ -11,31 +11,15 @@
 
 #include "base/json.h"
 #include "base/mapped_file.h"
+#include "cli_runner.h"
 
 namespace dsv41 {
 namespace {
 
 const std::string kSharedDir = DSV41_SHARED_DIR;
-const std::string kBinary = DSV41_BINARY;
+const std::string kBinary = kDsv41Binary;
 const std::string kTokenizerDir = kSharedDir + "/data/deepseek-v3-tokenizer";
 const std::string kTinyDir = kSharedDir + "/goldens/model/checkpoints/tiny-a";
-
-struct RunResult {
-  std::string out;
-  int exit_code = -1;
-};
-
-RunResult RunCommand(const std::string& command) {
-  RunResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;

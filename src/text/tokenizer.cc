@@ -16,11 +16,11 @@
 #include "base/check.h"
 #include "base/json.h"
 #include "base/mapped_file.h"
+#include "text/special_tokens.h"
 
 namespace dsv41 {
 namespace {
 
-constexpr std::string_view kBosString = "<｜begin▁of▁sentence｜>";
 constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 // Ids are dense tables; a bound far above any real vocabulary keeps a bad file from allocating
 // gigabytes.
@@ -482,7 +482,7 @@ Status Tokenizer::Impl::Parse(const Json& root) {
     return UnimplementedError("decoder: only ByteLevel is supported");
   }
 
-  if (const auto it = added_ids.find(kBosString); it != added_ids.end()) bos = it->second;
+  if (const auto it = added_ids.find(kBos); it != added_ids.end()) bos = it->second;
   return OkStatus();
 }
 
