@@ -33,20 +33,6 @@ struct PlanFlags {
 
 std::string OptLayer(const std::optional<int32_t>& v) { return v ? std::to_string(*v) : "-"; }
 
-std::string_view CandidateModeName(CandidateMode mode) {
-  switch (mode) {
-    case CandidateMode::kNone:
-      return "-";
-    case CandidateMode::kProduce:
-      return "produce";
-    case CandidateMode::kFilter:
-      return "filter";
-    case CandidateMode::kPlain:
-      return "plain";
-  }
-  return "?";
-}
-
 void PrintLayerTable(const LayerPlan& plan) {
   std::printf("layer plan (%zu layers, %d DSpark stages)\n", plan.layers.size(),
               plan.num_dspark_stages);

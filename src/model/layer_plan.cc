@@ -83,6 +83,20 @@ std::string_view RopeTableName(RopeTable table) {
   return table == RopeTable::kCompress ? "compress" : "main";
 }
 
+std::string_view CandidateModeName(CandidateMode mode) {
+  switch (mode) {
+    case CandidateMode::kNone:
+      return "-";
+    case CandidateMode::kProduce:
+      return "produce";
+    case CandidateMode::kFilter:
+      return "filter";
+    case CandidateMode::kPlain:
+      return "plain";
+  }
+  return "-";
+}
+
 Json LayerPlanToJson(const LayerPlan& plan) {
   const auto optional_int = [](const std::optional<int32_t>& value) -> Json {
     return value ? Json(*value) : Json(nullptr);

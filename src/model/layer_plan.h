@@ -57,6 +57,8 @@ LayerPlan PlanLayers(const ModelConfig& config);
 // "swa", "full", "reindex", "reuse" (the goldens' layer_plan.json spelling).
 std::string_view LayerModeName(LayerMode mode);
 std::string_view RopeTableName(RopeTable table);
+// "-", "produce", "filter", "plain".
+std::string_view CandidateModeName(CandidateMode mode);
 
 // The plan as the goldens' layer_plan.json: one object per layer with layer, ratio, mode,
 // kv_source, index_source, candidate_source, uses_candidates, engram_slot, rope.

@@ -129,5 +129,12 @@ TEST(LayerPlanTest, NamesAreTheGoldenSpellings) {
   EXPECT_EQ(RopeTableName(kCompress), "compress");
 }
 
+TEST(LayerPlanTest, CandidateModeNamesFollowVllmAscend) {
+  EXPECT_EQ(CandidateModeName(CandidateMode::kProduce), "produce");
+  EXPECT_EQ(CandidateModeName(CandidateMode::kFilter), "filter");
+  EXPECT_EQ(CandidateModeName(CandidateMode::kPlain), "plain");
+  EXPECT_EQ(CandidateModeName(CandidateMode::kNone), "-");
+}
+
 }  // namespace
 }  // namespace dsv41
