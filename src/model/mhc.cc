@@ -1,0 +1,177 @@
+#include "model/mhc.h"
+
+#include <cstring>
+#include <string>
+
+#include "base/check.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "numerics/arith.h"
+#include "numerics/codecs.h"
+
+namespace dsv41 {
+namespace {
+
+float LoadF32(std::span<const std::byte> bytes, size_t idx) {
+  float value;
+  std::memcpy(&value, bytes.data() + idx * sizeof(float), sizeof(value));
+  return value;
+}
+
+Result<std::span<const std::byte>> GetF32(const ModelWeights& weights, const std::string& name,
+                                          const Shape& shape) {
+  DSV41_ASSIGN_OR_RETURN(TensorView view, weights.Get(name));
+  if (view.dtype != DType::kF32 || view.shape != shape) {
+    std::string want, got;
+    for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
+    for (int64_t d : view.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    return InvalidArgumentError("mHC tensor '%s': want F32 [%s], got %.*s [%s]", name.c_str(),
+                                want.c_str(), static_cast<int>(DTypeName(view.dtype).size()),
+                                DTypeName(view.dtype).data(), got.c_str());
+  }
+  return view.bytes;
+}
+
+// Divides every element of row i (or column i) of c [n, n] by (seq sum + eps).
+void NormalizeRows(std::span<float> c, int32_t n, float eps) {
+  for (int32_t i = 0; i < n; ++i) {
+    float sum = c[i * n];
+    for (int32_t k = 1; k < n; ++k) sum = sum + c[i * n + k];
+    const float denom = sum + eps;
+    for (int32_t k = 0; k < n; ++k) c[i * n + k] = c[i * n + k] / denom;
+  }
+}
+
+void NormalizeColumns(std::span<float> c, int32_t n, float eps) {
+  for (int32_t k = 0; k < n; ++k) {
+    float sum = c[k];
+    for (int32_t i = 1; i < n; ++i) sum = sum + c[i * n + k];
+    const float denom = sum + eps;
+    for (int32_t i = 0; i < n; ++i) c[i * n + k] = c[i * n + k] / denom;
+  }
+}
+
+}  // namespace
+
+MhcDims MhcDimsFromConfig(const ModelConfig& config) {
+  DSV41_CHECK(config.hc_mult >= 1 && config.hc_mult <= kMaxHcMult, "hc_mult %d", config.hc_mult);
+  MhcDims dims;
+  dims.hc_mult = config.hc_mult;
+  dims.hidden_size = config.hidden_size;
+  dims.sinkhorn_iters = config.hc_sinkhorn_iters;
+  dims.norm_eps = static_cast<float>(config.rms_norm_eps);
+  dims.hc_eps = static_cast<float>(config.hc_eps);
+  return dims;
+}
+
+Result<MhcWeights> GetMhcWeights(const ModelWeights& weights, std::string_view prefix,
+                                 const MhcDims& dims) {
+  const std::string p(prefix);
+  MhcWeights site;
+  DSV41_ASSIGN_OR_RETURN(site.fn,
+                         GetF32(weights, p + "_fn", {dims.mix_rows(), dims.stream_values()}));
+  DSV41_ASSIGN_OR_RETURN(site.base, GetF32(weights, p + "_base", {dims.mix_rows()}));
+  DSV41_ASSIGN_OR_RETURN(site.scale, GetF32(weights, p + "_scale", {3}));
+  return site;
+}
+
+MhcMix InitialPreMix(int32_t hc_mult) {
+  DSV41_CHECK(hc_mult >= 1 && hc_mult <= kMaxHcMult, "hc_mult %d", hc_mult);
+  MhcMix mix;
+  mix.hc_mult = hc_mult;
+  mix.pre[0] = 1.0f;
+  return mix;
+}
+
+void SinkhornNormalize(std::span<float> c, int32_t n, int32_t iters, float eps) {
+  DSV41_CHECK(n >= 1 && c.size() == static_cast<size_t>(n) * n && iters >= 1,
+              "Sinkhorn of %zu values as %d x %d, %d iterations", c.size(), n, n, iters);
+  for (int32_t i = 0; i < n; ++i) {
+    std::span<float> row = c.subspan(i * n, n);
+    float row_max = row[0];
+    for (int32_t k = 1; k < n; ++k) row_max = row[k] > row_max ? row[k] : row_max;
+    for (int32_t k = 0; k < n; ++k) row[k] = CrExp(row[k] - row_max);
+    const float sum = SeqSum(row);
+    for (int32_t k = 0; k < n; ++k) row[k] = row[k] / sum + eps;
+  }
+  NormalizeColumns(c, n, eps);
+  for (int32_t iter = 1; iter < iters; ++iter) {
+    NormalizeRows(c, n, eps);
+    NormalizeColumns(c, n, eps);
+  }
+}
+
+MhcMix ComputeMix(std::span<const float> x, const MhcWeights& weights, const MhcDims& dims) {
+  const int32_t hc = dims.hc_mult;
+  const size_t width = static_cast<size_t>(dims.stream_values());
+  const int32_t rows = dims.mix_rows();
+  DSV41_CHECK(x.size() == width && weights.fn.size() == rows * width * sizeof(float) &&
+                  weights.base.size() == rows * sizeof(float) &&
+                  weights.scale.size() == 3 * sizeof(float),
+              "ComputeMix: x %zu values, want %zu", x.size(), width);
+  const float rho = CrRsqrt(ExactMeanSquare(x) + dims.norm_eps);
+  std::array<float, (2 + kMaxHcMult) * kMaxHcMult> m{};
+  for (int32_t r = 0; r < rows; ++r) {
+    // §4.2 step 3: the dot product accumulated exactly, rounded once, then multiplied by ρ.
+    ExactAccumulator acc;
+    const std::span<const std::byte> fn_row = weights.fn.subspan(r * width * sizeof(float));
+    for (size_t d = 0; d < width; ++d) acc.AddProduct(LoadF32(fn_row, d), x[d]);
+    m[r] = acc.Round() * rho;
+  }
+  const float scale_pre = LoadF32(weights.scale, 0);
+  const float scale_post = LoadF32(weights.scale, 1);
+  const float scale_comb = LoadF32(weights.scale, 2);
+  MhcMix mix;
+  mix.hc_mult = hc;
+  for (int32_t j = 0; j < hc; ++j) {
+    const float pre_logit = m[j] * scale_pre + LoadF32(weights.base, j);
+    mix.pre[j] = Sigmoid(pre_logit) + dims.hc_eps;
+    const float post_logit = m[hc + j] * scale_post + LoadF32(weights.base, hc + j);
+    mix.post[j] = 2.0f * Sigmoid(post_logit);
+  }
+  for (int32_t idx = 0; idx < hc * hc; ++idx) {
+    mix.comb[idx] = m[2 * hc + idx] * scale_comb + LoadF32(weights.base, 2 * hc + idx);
+  }
+  SinkhornNormalize(std::span<float>(mix.comb.data(), static_cast<size_t>(hc) * hc), hc,
+                    dims.sinkhorn_iters, dims.hc_eps);
+  return mix;
+}
+
+void HcPre(std::span<const float> x, std::span<const float> pi, std::span<float> out) {
+  const size_t hc = pi.size();
+  const size_t dim = out.size();
+  DSV41_CHECK(hc >= 1 && x.size() == hc * dim, "HcPre: %zu values for %zu streams of %zu", x.size(),
+              hc, dim);
+  for (size_t d = 0; d < dim; ++d) {
+    float sum = pi[0] * x[d];
+    for (size_t k = 1; k < hc; ++k) {
+      const float product = pi[k] * x[k * dim + d];
+      sum = sum + product;
+    }
+    out[d] = Bf16Round(sum);
+  }
+}
+
+void HcPost(std::span<const float> y, std::span<const float> r, const MhcMix& mix,
+            std::span<float> out) {
+  const int32_t hc = mix.hc_mult;
+  const size_t dim = y.size();
+  DSV41_CHECK(hc >= 1 && r.size() == hc * dim && out.size() == r.size(),
+              "HcPost: %zu stream values, %zu outputs for %d streams of %zu", r.size(), out.size(),
+              hc, dim);
+  std::array<float, kMaxHcMult> column{};
+  for (size_t d = 0; d < dim; ++d) {
+    for (int32_t i = 0; i < hc; ++i) column[i] = r[i * dim + d];  // out may alias r
+    for (int32_t k = 0; k < hc; ++k) {
+      float mix_k = mix.C(0, k) * column[0];
+      for (int32_t i = 1; i < hc; ++i) {
+        const float product = mix.C(i, k) * column[i];
+        mix_k = mix_k + product;
+      }
+      const float scaled = mix.post[k] * y[d];
+      out[k * dim + d] = Bf16Round(scaled + mix_k);
+    }
+  }
+}
+
+}  // namespace dsv41

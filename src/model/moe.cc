@@ -1,0 +1,253 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "base/check.h"
+#include "checkpoint/dtype.h"
+#include "model/linear_weight.h"
+#include "model/weights.h"
+#include "numerics/arith.h"
+#include "numerics/codecs.h"
+
+namespace dsv41 {
+namespace {
+
+// Reads the fp32 vector `name` of `size` elements (router biases, checkpoint.md: F32 [E]).
+Result<std::vector<float>> ReadF32Vector(const ModelWeights& weights, const std::string& name,
+                                         int64_t size) {
+  DSV41_ASSIGN_OR_RETURN(TensorView view, weights.Get(name));
+  if (view.dtype != DType::kF32 || view.shape != Shape{size}) {
+    return InvalidArgumentError("'%s': %s with %zu dims, want F32 [%lld]", name.c_str(),
+                                std::string(DTypeName(view.dtype)).c_str(), view.shape.size(),
+                                static_cast<long long>(size));
+  }
+  std::vector<float> out(static_cast<size_t>(size));
+  std::memcpy(out.data(), view.bytes.data(), out.size() * sizeof(float));  // may be unaligned
+  return out;
+}
+
+Status CheckShape(const LinearWeight& w, std::string_view name, int64_t out, int64_t in) {
+  if (w.out != out || w.in != in) {
+    return InvalidArgumentError("'%.*s': [out, in] = [%lld, %lld], want [%lld, %lld]",
+                                static_cast<int>(name.size()), name.data(),
+                                static_cast<long long>(w.out), static_cast<long long>(w.in),
+                                static_cast<long long>(out), static_cast<long long>(in));
+  }
+  return Status();
+}
+
+float Score(ScoringFunc func, float z) {
+  switch (func) {
+    case ScoringFunc::kSqrtSoftplus:
+      return CrSqrt(CrSoftplus(z));
+    case ScoringFunc::kSigmoid:
+      return Sigmoid(z);
+    case ScoringFunc::kSoftmax:
+      break;  // needs the whole row: handled by the caller
+  }
+  DSV41_CHECK(false, "unhandled scoring function");
+  return 0.0f;
+}
+
+}  // namespace
+
+void RouteToken(std::span<const float> logits, std::span<const float> bias,
+                const RouterOptions& options, std::span<int32_t> experts,
+                std::span<float> weights) {
+  const size_t num_experts = logits.size();
+  const size_t k = static_cast<size_t>(options.top_k);
+  DSV41_CHECK(bias.size() == num_experts && experts.size() == k && weights.size() == k && k >= 1 &&
+                  k <= num_experts,
+              "router sizes: %zu logits, %zu bias, k %zu", num_experts, bias.size(), k);
+  std::vector<float> scores(num_experts);
+  for (size_t e = 0; e < num_experts; ++e) {
+    scores[e] = options.gate_temp == 1.0f ? logits[e] : logits[e] / options.gate_temp;
+  }
+  if (options.scoring_func == ScoringFunc::kSoftmax) {
+    float max_z = -std::numeric_limits<float>::infinity();
+    for (float z : scores) max_z = std::max(max_z, z);
+    for (float& z : scores) z = CrExp(z - max_z);
+    const float denom = SeqSum(scores);
+    for (float& z : scores) z = z / denom;
+  } else {
+    for (float& z : scores) z = Score(options.scoring_func, z);
+  }
+  std::vector<float> biased(num_experts);
+  for (size_t e = 0; e < num_experts; ++e) biased[e] = scores[e] + bias[e];
+
+  // §8 step 5: descending biased score, the lower expert id first on ties. Repeated scans with a
+  // strict comparison keep the first (lowest-id) maximum; k is small (6 in the release).
+  std::vector<bool> taken(num_experts, false);
+  for (size_t slot = 0; slot < k; ++slot) {
+    size_t best = num_experts;
+    for (size_t e = 0; e < num_experts; ++e) {
+      if (taken[e]) continue;
+      if (best == num_experts || biased[e] > biased[best]) best = e;
+    }
+    taken[best] = true;
+    experts[slot] = static_cast<int32_t>(best);
+    weights[slot] = scores[best];
+  }
+  if (options.norm_topk_prob && k > 1) {
+    const float denom = SeqSum(weights) + 1e-20f;
+    for (float& w : weights) w = w / denom;
+  }
+  for (float& w : weights) w = w * options.routed_scaling_factor;
+}
+
+float SwigluActivation(float g, float u, float limit, float weight) {
+  if (limit > 0.0f) {
+    u = std::min(std::max(u, -limit), limit);
+    g = std::min(g, limit);
+  }
+  const float a = Silu(g) * u;
+  return weight * a;
+}
+
+Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix) {
+  const ModelConfig& config = weights.config();
+  const bool is_dspark = prefix.substr(0, 4) == "mtp.";
+  const int64_t num_experts = is_dspark ? config.dspark_n_routed_experts : config.n_routed_experts;
+  const int32_t top_k = is_dspark ? config.dspark_num_experts_per_tok : config.num_experts_per_tok;
+  const std::string p(prefix);
+  if (num_experts <= 0 || top_k <= 0 || top_k > num_experts) {
+    return InvalidArgumentError("%s: %lld routed experts with top-%d", p.c_str(),
+                                static_cast<long long>(num_experts), top_k);
+  }
+  Moe moe;
+  moe.prefix_ = p;
+  moe.hidden_size_ = config.hidden_size;
+  moe.intermediate_size_ = config.moe_intermediate_size;
+  moe.router_ =
+      RouterOptions{.scoring_func = config.scoring_func,
+                    .top_k = top_k,
+                    .gate_temp = static_cast<float>(config.gate_temp),
+                    .norm_topk_prob = config.norm_topk_prob,
+                    .routed_scaling_factor = static_cast<float>(config.routed_scaling_factor)};
+  moe.swiglu_limit_ = static_cast<float>(config.swiglu_limit);
+  const int64_t hidden = moe.hidden_size_;
+  const int64_t inter = moe.intermediate_size_;
+
+  const std::string gate = p + ".ffn.gate";
+  DSV41_ASSIGN_OR_RETURN(moe.gate_, GetLinear(weights, gate));
+  DSV41_RETURN_IF_ERROR(CheckShape(moe.gate_, gate + ".weight", num_experts, hidden));
+  if (moe.gate_.format != WeightFormat::kBf16 && moe.gate_.format != WeightFormat::kF32) {
+    return InvalidArgumentError("'%s.weight': the router runs in fp32; want BF16 or F32",
+                                gate.c_str());
+  }
+  DSV41_ASSIGN_OR_RETURN(moe.bias_, ReadF32Vector(weights, gate + ".bias", num_experts));
+  DSV41_ASSIGN_OR_RETURN(moe.bias_vl_, ReadF32Vector(weights, gate + ".bias_vl", num_experts));
+
+  auto load_expert = [&](const std::string& expert_prefix) -> Result<Expert> {
+    Expert expert;
+    DSV41_ASSIGN_OR_RETURN(expert.w1, GetLinear(weights, expert_prefix + ".w1"));
+    DSV41_ASSIGN_OR_RETURN(expert.w2, GetLinear(weights, expert_prefix + ".w2"));
+    DSV41_ASSIGN_OR_RETURN(expert.w3, GetLinear(weights, expert_prefix + ".w3"));
+    DSV41_RETURN_IF_ERROR(CheckShape(expert.w1, expert_prefix + ".w1.weight", inter, hidden));
+    DSV41_RETURN_IF_ERROR(CheckShape(expert.w3, expert_prefix + ".w3.weight", inter, hidden));
+    DSV41_RETURN_IF_ERROR(CheckShape(expert.w2, expert_prefix + ".w2.weight", hidden, inter));
+    return expert;
+  };
+  moe.experts_.reserve(static_cast<size_t>(num_experts));
+  for (int64_t e = 0; e < num_experts; ++e) {
+    DSV41_ASSIGN_OR_RETURN(Expert expert, load_expert(p + ".ffn.experts." + std::to_string(e)));
+    moe.experts_.push_back(expert);
+  }
+  DSV41_ASSIGN_OR_RETURN(moe.shared_, load_expert(p + ".ffn.shared_experts"));
+  return moe;
+}
+
+void Moe::RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
+                    std::span<const float> row_weights, std::span<float> out,
+                    ThreadPool* pool) const {
+  const size_t n = static_cast<size_t>(rows * intermediate_size_);
+  std::vector<float> g(n);
+  std::vector<float> u(n);
+  // §12.4: w1/w3 outputs are bf16; §12.5: the SwiGLU product is rounded to bf16 before w2.
+  Linear(expert.w1, xs, rows, g, LinearOptionsFor(expert.w1), pool);
+  Linear(expert.w3, xs, rows, u, LinearOptionsFor(expert.w3), pool);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float weight = row_weights.empty() ? 1.0f : row_weights[static_cast<size_t>(r)];
+    for (int64_t j = 0; j < intermediate_size_; ++j) {
+      const size_t i = static_cast<size_t>(r * intermediate_size_ + j);
+      // The shared expert's weight 1 multiplies exactly.
+      g[i] = Bf16Round(SwigluActivation(Bf16Round(g[i]), Bf16Round(u[i]), swiglu_limit_, weight));
+    }
+  }
+  Linear(expert.w2, g, rows, out, LinearOptionsFor(expert.w2), pool);
+  for (float& v : out) v = Bf16Round(v);
+}
+
+void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
+                  MoeRouting* routing, ThreadPool* pool, std::span<const uint8_t> in_image) const {
+  const int64_t hidden = hidden_size_;
+  const int64_t num_experts = static_cast<int64_t>(experts_.size());
+  const int32_t k = router_.top_k;
+  DSV41_CHECK(x.size() == static_cast<size_t>(num_tokens * hidden) && y.size() == x.size(),
+              "%s: x %zu, y %zu floats for %lld tokens of %lld", prefix_.c_str(), x.size(),
+              y.size(), static_cast<long long>(num_tokens), static_cast<long long>(hidden));
+  DSV41_CHECK(in_image.empty() || in_image.size() == static_cast<size_t>(num_tokens),
+              "in_image has %zu entries for %lld tokens", in_image.size(),
+              static_cast<long long>(num_tokens));
+
+  // §8 Gate: fp32 logits of the bf16-valued input against the fp32 (bf16-stored) gate weight.
+  std::vector<float> logits(static_cast<size_t>(num_tokens * num_experts));
+  Linear(gate_, x, num_tokens, logits, LinearOptions{}, pool);
+  std::vector<int32_t> chosen(static_cast<size_t>(num_tokens * k));
+  std::vector<float> chosen_weights(chosen.size());
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const bool image = !in_image.empty() && in_image[static_cast<size_t>(t)] != 0;
+    RouteToken(std::span<const float>(logits).subspan(t * num_experts, num_experts),
+               image ? bias_vl_ : bias_, router_, std::span<int32_t>(chosen).subspan(t * k, k),
+               std::span<float>(chosen_weights).subspan(t * k, k));
+  }
+
+  // Each expert runs once on the tokens routed to it; its bf16 outputs are added into a zero fp32
+  // accumulator in increasing expert id (§12.8 item 3), then the shared expert's.
+  std::vector<float> acc(static_cast<size_t>(num_tokens * hidden), 0.0f);
+  std::vector<int64_t> rows_of;
+  std::vector<float> row_weights;
+  std::vector<float> xs;
+  std::vector<float> out;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    rows_of.clear();
+    row_weights.clear();
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      for (int32_t s = 0; s < k; ++s) {
+        if (chosen[static_cast<size_t>(t * k + s)] == e) {
+          rows_of.push_back(t);
+          row_weights.push_back(chosen_weights[static_cast<size_t>(t * k + s)]);
+        }
+      }
+    }
+    if (rows_of.empty()) continue;
+    const int64_t rows = static_cast<int64_t>(rows_of.size());
+    xs.resize(static_cast<size_t>(rows * hidden));
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(x.begin() + rows_of[static_cast<size_t>(r)] * hidden, hidden,
+                  xs.begin() + r * hidden);
+    }
+    out.resize(xs.size());
+    RunExpert(experts_[static_cast<size_t>(e)], xs, rows, row_weights, out, pool);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* dst = acc.data() + rows_of[static_cast<size_t>(r)] * hidden;
+      const float* src = out.data() + r * hidden;
+      for (int64_t d = 0; d < hidden; ++d) dst[d] = dst[d] + src[d];
+    }
+  }
+  out.resize(x.size());
+  RunExpert(shared_, x, num_tokens, {}, out, pool);
+  for (size_t i = 0; i < acc.size(); ++i) y[i] = Bf16Round(acc[i] + out[i]);
+
+  if (routing != nullptr) {
+    routing->top_k = k;
+    routing->experts = std::move(chosen);
+    routing->weights = std::move(chosen_weights);
+  }
+}
+
+}  // namespace dsv41

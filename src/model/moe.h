@@ -1,0 +1,96 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/linear.h"
+#include "model/config.h"
+
+namespace dsv41 {
+
+class ModelWeights;
+class ThreadPool;
+
+// How the router turns logits into a choice (model.md §8 Gate). Constants are fp32 once (§12.8).
+struct RouterOptions {
+  ScoringFunc scoring_func = ScoringFunc::kSqrtSoftplus;
+  int32_t top_k = 1;
+  float gate_temp = 1.0f;  // logits are divided by it unless it is 1
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.0f;
+};
+
+// Routes one token. `logits`: the router's fp32 gate products [E]; `bias`: the selection bias [E]
+// (`gate.bias`, or `gate.bias_vl` inside an image span). Scores follow `scoring_func`
+// (sqrtsoftplus: CrSqrt(CrSoftplus(z)); sigmoid: Sigmoid(z); softmax: CrExp(z − max) over a seq
+// sum in expert order); the top_k experts by fp32(score + bias) are chosen, descending, the lower
+// expert id winning every tie (§8 step 5); `experts` receives them in that selection order and
+// `weights` their unbiased scores, normalised by their seq sum in selection order + fp32(1e-20)
+// when norm_topk_prob and top_k > 1, then × routed_scaling_factor. experts/weights: [top_k].
+void RouteToken(std::span<const float> logits, std::span<const float> bias,
+                const RouterOptions& options, std::span<int32_t> experts, std::span<float> weights);
+
+// One expert's SwiGLU activation of model.md §8 for one element, before the bf16 rounding that
+// precedes w2: g and u are the (bf16-valued) w1 and w3 outputs; with limit > 0,
+// u = clamp(u, −limit, limit) and g = min(g, limit); returns weight · (silu(g) · u) in fp32.
+float SwigluActivation(float g, float u, float limit, float weight);
+
+// The experts each token was routed to, for tests and DSpark.
+struct MoeRouting {
+  int32_t top_k = 0;
+  std::vector<int32_t> experts;  // [T, top_k], selection order (descending biased score)
+  std::vector<float> weights;    // [T, top_k], the routing weights of `experts`
+};
+
+// The MoE FFN of one backbone layer ("layers.N") or DSpark stage ("mtp.K"), model.md §8: router
+// (`ffn.gate`), routed experts (`ffn.experts.{e}.w{1,2,3}`) and the shared expert
+// (`ffn.shared_experts.w{1,2,3}`), each weight a view in its stored format. DSpark stages use
+// dspark_n_routed_experts / dspark_num_experts_per_tok. Move-only views into the ModelWeights it
+// was loaded from, which must outlive it. Thread-safe to call Forward concurrently (it keeps no
+// state), though each call uses `pool` for its products.
+class Moe {
+ public:
+  // Reads and checks the layer's weights (errors name the tensor).
+  static Result<Moe> Load(const ModelWeights& weights, std::string_view prefix);
+
+  // y = MoE(x) for `num_tokens` rows. x: [T, hidden] holding bf16 values (the ffn_norm output);
+  // y: [T, hidden] bf16 values. `in_image` is empty (text) or [T], nonzero where the token lies
+  // inside an image span (the router then selects with bias_vl). `routing` may be null. `pool`
+  // may be null (single-threaded); results do not depend on it.
+  void Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
+               MoeRouting* routing, ThreadPool* pool, std::span<const uint8_t> in_image = {}) const;
+
+  int32_t num_experts() const { return static_cast<int32_t>(experts_.size()); }
+  int32_t top_k() const { return router_.top_k; }
+  int32_t hidden_size() const { return hidden_size_; }
+
+ private:
+  struct Expert {
+    LinearWeight w1;
+    LinearWeight w2;
+    LinearWeight w3;
+  };
+  Moe() = default;
+
+  // Runs `expert` on `rows` inputs xs [rows, hidden] (bf16 values) with per-row routing weights
+  // (empty: the shared expert, no weight) into out [rows, hidden] (bf16 values).
+  void RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
+                 std::span<const float> row_weights, std::span<float> out, ThreadPool* pool) const;
+
+  std::string prefix_;
+  int32_t hidden_size_ = 0;
+  int32_t intermediate_size_ = 0;
+  RouterOptions router_;
+  float swiglu_limit_ = 0.0f;  // <= 0: no clamp
+  LinearWeight gate_;
+  std::vector<float> bias_;     // [E] gate.bias
+  std::vector<float> bias_vl_;  // [E] gate.bias_vl
+  std::vector<Expert> experts_;
+  Expert shared_;
+};
+
+}  // namespace dsv41

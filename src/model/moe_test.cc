@@ -1,0 +1,214 @@
+#include "model/moe.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "base/npy.h"
+#include "base/thread_pool.h"
+#include "model/weights.h"
+#include "numerics/arith.h"
+
+namespace dsv41 {
+namespace {
+
+const std::string kGoldens = std::string(DSV41_SHARED_DIR) + "/goldens/model";
+
+// sqrt(softplus(z)) evaluated independently in double, each function rounded to fp32 as model.md
+// §8 step 2 and §12.8 item 4 say (the scores of these tests are far from fp32 rounding midpoints).
+float RefScore(double z) {
+  const float softplus = static_cast<float>(std::log1p(std::exp(z)));
+  return static_cast<float>(std::sqrt(static_cast<double>(softplus)));
+}
+
+RouterOptions Options(int32_t top_k) {
+  return RouterOptions{.scoring_func = ScoringFunc::kSqrtSoftplus,
+                       .top_k = top_k,
+                       .gate_temp = 1.0f,
+                       .norm_topk_prob = true,
+                       .routed_scaling_factor = 1.5f};
+}
+
+TEST(RouteTokenTest, SelectsInDescendingScoreOrder) {
+  const std::vector<float> logits = {0.0f, 3.0f, 1.0f, 2.0f};
+  const std::vector<float> bias(4, 0.0f);
+  std::vector<int32_t> experts(3);
+  std::vector<float> weights(3);
+  RouteToken(logits, bias, Options(3), experts, weights);
+  EXPECT_EQ(experts, (std::vector<int32_t>{1, 3, 2}));
+}
+
+TEST(RouteTokenTest, EqualScoresGoToTheLowerExpertId) {
+  // Experts 1, 2 and 3 tie exactly; top-2 takes 1 then 2.
+  const std::vector<float> logits = {-1.0f, 0.5f, 0.5f, 0.5f};
+  const std::vector<float> bias(4, 0.0f);
+  std::vector<int32_t> experts(2);
+  std::vector<float> weights(2);
+  RouteToken(logits, bias, Options(2), experts, weights);
+  EXPECT_EQ(experts, (std::vector<int32_t>{1, 2}));
+  // Two equal scores s: s / (2s + 1e-20) = 0.5 exactly, × 1.5.
+  EXPECT_EQ(weights, (std::vector<float>{0.75f, 0.75f}));
+}
+
+TEST(RouteTokenTest, BiasTiesAlsoGoToTheLowerExpertId) {
+  // Equal logits and equal biases make score + bias tie exactly between experts 0 and 3; expert
+  // 1 has the same score but a lower bias.
+  const std::vector<float> logits = {1.0f, 1.0f, -3.0f, 1.0f};
+  const std::vector<float> bias = {0.25f, -0.5f, 0.0f, 0.25f};
+  std::vector<int32_t> experts(2);
+  std::vector<float> weights(2);
+  RouteToken(logits, bias, Options(2), experts, weights);
+  EXPECT_EQ(experts, (std::vector<int32_t>{0, 3}));
+}
+
+TEST(RouteTokenTest, BiasSelectsButWeightsUseUnbiasedScores) {
+  // Expert 0 has the lowest logit but a bias that lifts it to the top.
+  const std::vector<float> logits = {-2.0f, 1.0f, 0.5f};
+  const std::vector<float> bias = {10.0f, 0.0f, 0.0f};
+  std::vector<int32_t> experts(2);
+  std::vector<float> weights(2);
+  RouteToken(logits, bias, Options(2), experts, weights);
+  ASSERT_EQ(experts, (std::vector<int32_t>{0, 1}));
+  const float s0 = RefScore(-2.0);
+  const float s1 = RefScore(1.0);
+  const float denom = (s0 + s1) + 1e-20f;
+  EXPECT_EQ(weights[0], (s0 / denom) * 1.5f);
+  EXPECT_EQ(weights[1], (s1 / denom) * 1.5f);
+}
+
+TEST(RouteTokenTest, SingleExpertIsNotNormalised) {
+  const std::vector<float> logits = {0.0f, 2.0f};
+  const std::vector<float> bias(2, 0.0f);
+  std::vector<int32_t> experts(1);
+  std::vector<float> weights(1);
+  RouteToken(logits, bias, Options(1), experts, weights);
+  EXPECT_EQ(experts[0], 1);
+  EXPECT_EQ(weights[0], RefScore(2.0) * 1.5f);
+}
+
+TEST(SwigluActivationTest, ClampsUpBothSidesAndGateFromAbove) {
+  // g = 12 -> 10, u = 20 -> 10.
+  EXPECT_EQ(SwigluActivation(12.0f, 20.0f, 10.0f, 1.0f), Silu(10.0f) * 10.0f);
+  // u = -20 -> -10.
+  EXPECT_EQ(SwigluActivation(12.0f, -20.0f, 10.0f, 1.0f), Silu(10.0f) * -10.0f);
+  // The gate is not clamped from below.
+  EXPECT_EQ(SwigluActivation(-12.0f, 3.0f, 10.0f, 1.0f), Silu(-12.0f) * 3.0f);
+  EXPECT_NE(SwigluActivation(-12.0f, 3.0f, 10.0f, 1.0f), Silu(-10.0f) * 3.0f);
+  // Inside the limits nothing changes; the routing weight multiplies the product.
+  EXPECT_EQ(SwigluActivation(2.0f, -3.0f, 10.0f, 0.5f), 0.5f * (Silu(2.0f) * -3.0f));
+}
+
+TEST(SwigluActivationTest, NonPositiveLimitMeansNoClamp) {
+  EXPECT_EQ(SwigluActivation(12.0f, 20.0f, 0.0f, 1.0f), Silu(12.0f) * 20.0f);
+}
+
+// ---- Goldens: MoE(ffn_in[L]) against ffn_out[L], layer by layer --------------------------------
+
+using GoldenCase = std::tuple<const char*, const char*>;
+
+class MoeGoldenTest : public testing::TestWithParam<GoldenCase> {};
+
+std::vector<float> ReadFloats(const std::string& path, std::vector<int64_t>* shape) {
+  Result<NpyArray> array = ReadNpy(path);
+  EXPECT_TRUE(array.ok()) << array.status().ToString();
+  if (!array.ok()) return {};
+  if (shape != nullptr) *shape = array->shape;
+  return array->ToFloat();
+}
+
+TEST_P(MoeGoldenTest, MatchesFfnOutAtStablePositions) {
+  const auto [config_name, case_name] = GetParam();
+  Result<ModelWeights> weights =
+      ModelWeights::Load(kGoldens + "/checkpoints/" + config_name, LoadOptions{});
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  const std::string dir = kGoldens + "/cases/" + config_name + "/" + case_name + "/";
+  std::vector<int64_t> in_shape;
+  const std::vector<float> ffn_in = ReadFloats(dir + "ffn_in.npy", &in_shape);
+  const std::vector<float> ffn_out = ReadFloats(dir + "ffn_out.npy", nullptr);
+  std::vector<int64_t> experts_shape;
+  const std::vector<float> golden_experts = ReadFloats(dir + "moe_experts.npy", &experts_shape);
+  const std::vector<float> golden_weights = ReadFloats(dir + "moe_weights.npy", nullptr);
+  const std::vector<float> stability = ReadFloats(dir + "stability_gemm32.npy", nullptr);
+  ASSERT_EQ(in_shape.size(), 3u);
+  const int64_t num_layers = in_shape[0];
+  const int64_t num_tokens = in_shape[1];
+  const int64_t hidden = in_shape[2];
+  ASSERT_EQ(num_layers, weights->config().num_hidden_layers);
+  ASSERT_EQ(hidden, weights->config().hidden_size);
+  ASSERT_EQ(ffn_out.size(), ffn_in.size());
+  ASSERT_EQ(stability.size(), static_cast<size_t>(num_tokens));
+  const int64_t k = experts_shape.at(2);
+
+  ThreadPool pool(2);
+  int64_t stable_rows = 0;
+  int64_t exact_rows = 0;
+  int64_t all_exact_rows = 0;
+  float max_err = 0.0f;
+  float max_weight_err = 0.0f;
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    Result<Moe> moe = Moe::Load(*weights, "layers." + std::to_string(layer));
+    ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+    ASSERT_EQ(moe->top_k(), k);
+    const size_t offset = static_cast<size_t>(layer * num_tokens * hidden);
+    std::span<const float> x(ffn_in.data() + offset, static_cast<size_t>(num_tokens * hidden));
+    std::vector<float> y(x.size());
+    MoeRouting routing;
+    moe->Forward(x, num_tokens, y, &routing, &pool);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      // Every position is measured; only stable ones (README: stability_gemm32 <= 1e-4) must match.
+      const bool stable = stability[static_cast<size_t>(t)] <= 1e-4f;
+      stable_rows += stable ? 1 : 0;
+      bool exact = true;
+      float row_err = 0.0f;
+      for (int64_t d = 0; d < hidden; ++d) {
+        const float want = ffn_out[offset + static_cast<size_t>(t * hidden + d)];
+        const float got = y[static_cast<size_t>(t * hidden + d)];
+        exact = exact && got == want;
+        row_err = std::max(row_err, std::fabs(got - want));
+      }
+      all_exact_rows += exact ? 1 : 0;
+      if (!stable) continue;
+      exact_rows += exact ? 1 : 0;
+      max_err = std::max(max_err, row_err);
+      EXPECT_LE(row_err, 1e-3f) << config_name << "/" << case_name << " layer " << layer
+                                << " position " << t;
+      for (int64_t s = 0; s < k; ++s) {
+        const size_t g = static_cast<size_t>((layer * num_tokens + t) * k + s);
+        const size_t r = static_cast<size_t>(t * k + s);
+        EXPECT_EQ(routing.experts[r], static_cast<int32_t>(golden_experts[g]))
+            << config_name << "/" << case_name << " layer " << layer << " position " << t
+            << " slot " << s;
+        const float werr = std::fabs(routing.weights[r] - golden_weights[g]);
+        max_weight_err = std::max(max_weight_err, werr);
+        EXPECT_LE(werr, 1e-5f) << config_name << "/" << case_name << " layer " << layer
+                               << " position " << t << " slot " << s;
+      }
+    }
+  }
+  std::printf(
+      "[ MoE golden ] %s/%s: %lld of %lld layer-positions stable, %lld of them bit-exact (all "
+      "positions: %lld bit-exact); at stable ones max |y - golden| %.3g, max |weight - golden| "
+      "%.3g\n",
+      config_name, case_name, static_cast<long long>(stable_rows),
+      static_cast<long long>(num_layers * num_tokens), static_cast<long long>(exact_rows),
+      static_cast<long long>(all_exact_rows), max_err, max_weight_err);
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, MoeGoldenTest,
+                         testing::Combine(testing::Values("tiny-a", "tiny-b", "tiny-c"),
+                                          testing::Values("chat5", "mix40", "long120")),
+                         [](const testing::TestParamInfo<GoldenCase>& info) {
+                           std::string name =
+                               std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace dsv41
