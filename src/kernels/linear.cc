@@ -1,9 +1,24 @@
+// Linear: the weight GEMM over stored formats. LinearRef is the plain scalar loop; Linear runs the
+// Highway path of the best compiled target (dispatched once per call, STYLE.md §7).
+//
+// Fast path layout. Activations are prepared once per call into xp [rows, in_pad] fp32 (in_pad =
+// in rounded up to 32, zero padded; fq8_b32-quantised when asked; for MXFP4 each 32-block is
+// stored as its 16 even elements then its 16 odd ones, matching the low and high nibbles of 16
+// packed bytes). Weights are never expanded in memory: a tile of kO output rows × kR input rows
+// walks K in 32-blocks, decodes each weight vector once and FMAs it into kO·kR accumulators.
+// Every (output, input row) pair owns one accumulator vector that sees K in the same order
+// whatever the tiling, the number of rows in the call or the thread split, so results depend only
+// on (format, in, the target): batch- and thread-invariant.
+#ifndef DSV41_KERNELS_LINEAR_CC_ONCE
+#define DSV41_KERNELS_LINEAR_CC_ONCE
+
 #include "kernels/linear.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "base/check.h"
@@ -13,7 +28,325 @@
 #include "numerics/fake_quant.h"
 
 namespace dsv41 {
+namespace linear_internal {
+
+// What one per-target call computes: output rows [o_begin, o_end) for all input rows.
+struct LinearArgs {
+  const LinearWeight* w = nullptr;
+  const float* xp = nullptr;  // prepared activations [rows, in_pad]
+  int64_t rows = 0;
+  int64_t in_pad = 0;
+  float* y = nullptr;  // [rows, out]
+  int64_t o_begin = 0;
+  int64_t o_end = 0;
+};
+
+inline constexpr int64_t kBlock = 32;  // K block: FP8 tile width, MXFP4 block, fq8 block
+inline constexpr int64_t kOTile = 4;   // output rows per tile
+
+}  // namespace linear_internal
+}  // namespace dsv41
+
+#endif  // DSV41_KERNELS_LINEAR_CC_ONCE
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/linear.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dsv41::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using linear_internal::kBlock;
+using linear_internal::kOTile;
+using linear_internal::LinearArgs;
+
+// At most 16 lanes: one vector covers at most half a 32-block (16 packed MXFP4 bytes).
+using DF = hn::CappedTag<float, 16>;
+using VF = hn::Vec<DF>;
+
+#if HWY_TARGET <= HWY_AVX3
+inline constexpr int kMaxR = 4;  // 32 vector registers: 16 accumulators fit
+#else
+inline constexpr int kMaxR = 2;
+#endif
+
+// Where one weight row's 32-block lives and how to scale it. For tails (in % 32 != 0) `p` points
+// at a zero-padded copy.
+struct BlockRef {
+  const uint8_t* p = nullptr;
+  float f1 = 1.0f;  // the one-step factor
+  float f2 = 1.0f;  // the exact scale, for the two-step path
+};
+
+// ---- per-format decoders: DecodePair(d, block, j) gives elements (j..j+N) and (16+j..16+j+N)
+// of the block in the order xp uses, as exact fp32 weights.
+
+// FP8 e4m3 through IEEE binary16: fp16 bits = sign << 15 | (e4m3 & 0x7F) << 7 is the e4m3 value
+// times 2^-8 (normals and subnormals alike), which the F16C conversion widens exactly; the block
+// factor is then 2^(b−127+8). A scale byte above 246 would overflow that factor: such blocks take
+// the two-step path (×2^8, then ×2^(b−127)).
+struct Fp8Decoder {
+  static constexpr int kBigByte = 246;
+  const uint8_t* weight;
+  const uint8_t* scale;
+  int64_t in;
+  int64_t tiles_in;
+
+  static HWY_INLINE VF Widen(DF d, const uint8_t* p) {
+    const hn::Rebind<int8_t, DF> d8;
+    const hn::Rebind<int16_t, DF> d16;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto v16 = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+    const auto bits = hn::And(hn::ShiftLeft<7>(v16), hn::Set(d16, static_cast<int16_t>(0xBF80)));
+    return hn::PromoteTo(d, hn::BitCast(dh, bits));
+  }
+  template <bool kBig>
+  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
+    const VF a = Widen(d, b.p + j);
+    const VF c = Widen(d, b.p + 16 + j);
+    if constexpr (kBig) {
+      const VF k256 = hn::Set(d, 256.0f);
+      const VF s = hn::Set(d, b.f2);
+      lo = hn::Mul(hn::Mul(a, k256), s);
+      hi = hn::Mul(hn::Mul(c, k256), s);
+    } else {
+      const VF f = hn::Set(d, b.f1);
+      lo = hn::Mul(a, f);
+      hi = hn::Mul(c, f);
+    }
+  }
+  // Returns true when the block needs the two-step path.
+  HWY_INLINE bool Block(int64_t o, int64_t kb, uint8_t* tail, BlockRef& b) const {
+    const int64_t k0 = kb * kBlock;
+    const uint8_t* row = weight + o * in;
+    if (k0 + kBlock <= in) {
+      b.p = row + k0;
+    } else {
+      std::memset(tail, 0, kBlock);
+      std::memcpy(tail, row + k0, static_cast<size_t>(in - k0));
+      b.p = tail;
+    }
+    const uint8_t byte = scale[(o / kBlock) * tiles_in + kb];
+    b.f2 = F32FromE8m0(byte);
+    if (byte > kBigByte) return true;
+    b.f1 = F32FromE8m0(static_cast<uint8_t>(byte + 8));  // 2^(b − 127 + 8)
+    return false;
+  }
+};
+
+// MXFP4: 16 bytes hold the block's even elements (low nibbles) and odd ones (high nibbles).
+struct Mxfp4Decoder {
+  const uint8_t* weight;
+  const uint8_t* scale;
+  int64_t in;
+
+#if HWY_TARGET <= HWY_AVX3
+  // 16 lanes: the nibble indexes a 16-entry fp32 table (one permute).
+  static constexpr bool kTwoStep = false;
+  template <bool kBig>
+  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
+    static_assert(hn::MaxLanes(DF()) == 16);
+    HWY_ALIGN static constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                                  4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                                  -2.0f, -3.0f, -4.0f, -6.0f};
+    const hn::Rebind<uint8_t, DF> d8;
+    const hn::RebindToUnsigned<DF> du;
+    const hn::RebindToSigned<DF> di;
+    const VF table = hn::Load(d, kE2m1);
+    const auto v = hn::PromoteTo(du, hn::LoadU(d8, b.p + j));
+    const auto nlo = hn::BitCast(di, hn::And(v, hn::Set(du, 0xFu)));
+    const auto nhi = hn::BitCast(di, hn::ShiftRight<4>(v));
+    const VF s = hn::Set(d, b.f2);
+    lo = hn::Mul(hn::TableLookupLanes(table, hn::IndicesFromVec(d, nlo)), s);
+    hi = hn::Mul(hn::TableLookupLanes(table, hn::IndicesFromVec(d, nhi)), s);
+  }
+#else
+  // Fewer lanes: e2m1 through binary16 as for FP8: bits = sign << 15 | magnitude << 9 is the
+  // value times 2^-14; factor 2^(b−127+14), two-step above byte 240.
+  static constexpr bool kTwoStep = true;
+  static HWY_INLINE VF Widen(DF d, hn::Vec<hn::Rebind<uint16_t, DF> > n) {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto bits = hn::Or(hn::ShiftLeft<9>(hn::And(n, hn::Set(d16, uint16_t{7}))),
+                             hn::ShiftLeft<12>(hn::And(n, hn::Set(d16, uint16_t{8}))));
+    return hn::PromoteTo(d, hn::BitCast(dh, bits));
+  }
+  template <bool kBig>
+  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
+    const hn::Rebind<uint8_t, DF> d8;
+    const hn::Rebind<uint16_t, DF> d16;
+    const auto v = hn::PromoteTo(d16, hn::LoadU(d8, b.p + j));
+    const VF a = Widen(d, hn::And(v, hn::Set(d16, uint16_t{0xF})));
+    const VF c = Widen(d, hn::ShiftRight<4>(v));
+    if constexpr (kBig) {
+      const VF k = hn::Set(d, 16384.0f);
+      const VF s = hn::Set(d, b.f2);
+      lo = hn::Mul(hn::Mul(a, k), s);
+      hi = hn::Mul(hn::Mul(c, k), s);
+    } else {
+      const VF f = hn::Set(d, b.f1);
+      lo = hn::Mul(a, f);
+      hi = hn::Mul(c, f);
+    }
+  }
+#endif
+  HWY_INLINE bool Block(int64_t o, int64_t kb, uint8_t* /*tail*/, BlockRef& b) const {
+    b.p = weight + o * (in / 2) + kb * (kBlock / 2);
+    const uint8_t byte = scale[o * (in / kBlock) + kb];
+    b.f2 = F32FromE8m0(byte);
+    if constexpr (kTwoStep) {
+      if (byte > 240) return true;
+      b.f1 = F32FromE8m0(static_cast<uint8_t>(byte + 14));  // 2^(b − 127 + 14)
+    }
+    return false;
+  }
+};
+
+struct Bf16Decoder {
+  const uint8_t* weight;
+  int64_t in;
+
+  static HWY_INLINE VF Widen(DF d, const uint8_t* p) {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::RebindToUnsigned<DF> du;
+    const auto v = hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p)));
+    return hn::BitCast(d, hn::ShiftLeft<16>(v));
+  }
+  template <bool kBig>
+  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
+    lo = Widen(d, b.p + 2 * j);
+    hi = Widen(d, b.p + 2 * (16 + j));
+  }
+  HWY_INLINE bool Block(int64_t o, int64_t kb, uint8_t* tail, BlockRef& b) const {
+    const int64_t k0 = kb * kBlock;
+    const uint8_t* row = weight + 2 * o * in;
+    if (k0 + kBlock <= in) {
+      b.p = row + 2 * k0;
+    } else {
+      std::memset(tail, 0, 2 * kBlock);
+      std::memcpy(tail, row + 2 * k0, static_cast<size_t>(2 * (in - k0)));
+      b.p = tail;
+    }
+    return false;
+  }
+};
+
+struct F32Decoder {
+  const uint8_t* weight;
+  int64_t in;
+
+  template <bool kBig>
+  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
+    lo = hn::LoadU(d, reinterpret_cast<const float*>(b.p) + j);
+    hi = hn::LoadU(d, reinterpret_cast<const float*>(b.p) + 16 + j);
+  }
+  HWY_INLINE bool Block(int64_t o, int64_t kb, uint8_t* tail, BlockRef& b) const {
+    const int64_t k0 = kb * kBlock;
+    const uint8_t* row = weight + 4 * o * in;
+    if (k0 + kBlock <= in) {
+      b.p = row + 4 * k0;
+    } else {
+      std::memset(tail, 0, 4 * kBlock);
+      std::memcpy(tail, row + 4 * k0, static_cast<size_t>(4 * (in - k0)));
+      b.p = tail;
+    }
+    return false;
+  }
+};
+
+// One tile: output rows o0..o0+kO, input rows r0..r0+kR, all of K.
+template <int kO, int kR, class Decoder>
+HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_t r0) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  const int64_t blocks = a.in_pad / kBlock;
+  const int64_t out = a.w->out;
+  HWY_ALIGN uint8_t tails[kO][4 * kBlock];
+  VF acc[kO][kR];
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
+  }
+  const float* x0 = a.xp + r0 * a.in_pad;
+  auto body = [&](const BlockRef* refs, int64_t kb, auto big) HWY_ATTR {
+    constexpr bool kBig = decltype(big)::value;
+    const float* xb = x0 + kb * kBlock;
+    for (size_t j = 0; j < 16; j += n) {
+      VF lo[kO], hi[kO];
+      for (int o = 0; o < kO; ++o) Decoder::template DecodePair<kBig>(d, refs[o], j, lo[o], hi[o]);
+      for (int r = 0; r < kR; ++r) {
+        const VF xl = hn::LoadU(d, xb + r * a.in_pad + j);
+        const VF xh = hn::LoadU(d, xb + r * a.in_pad + 16 + j);
+        for (int o = 0; o < kO; ++o) {
+          acc[o][r] = hn::MulAdd(lo[o], xl, acc[o][r]);  // weight GEMM: FMA allowed (§12.8 1)
+          acc[o][r] = hn::MulAdd(hi[o], xh, acc[o][r]);
+        }
+      }
+    }
+  };
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    BlockRef refs[kO];
+    bool big = false;
+    for (int o = 0; o < kO; ++o) big |= dec.Block(o0 + o, kb, tails[o], refs[o]);
+    if (HWY_UNLIKELY(big)) {
+      body(refs, kb, std::true_type());
+    } else {
+      body(refs, kb, std::false_type());
+    }
+  }
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) {
+      a.y[(r0 + r) * out + o0 + o] = hn::GetLane(hn::SumOfLanes(d, acc[o][r]));
+    }
+  }
+}
+
+template <int kO, class Decoder>
+HWY_INLINE void RowTile(const Decoder& dec, const LinearArgs& a, int64_t o0) {
+  int64_t r = 0;
+  for (; r + kMaxR <= a.rows; r += kMaxR) Tile<kO, kMaxR>(dec, a, o0, r);
+  for (; r < a.rows; ++r) Tile<kO, 1>(dec, a, o0, r);
+}
+
+template <class Decoder>
+void RunRows(const Decoder& dec, const LinearArgs& a) {
+  int64_t o = a.o_begin;
+  for (; o + kOTile <= a.o_end; o += kOTile) RowTile<kOTile>(dec, a, o);
+  for (; o < a.o_end; ++o) RowTile<1>(dec, a, o);
+}
+
+void LinearRowsSimd(const LinearArgs& a) {
+  const LinearWeight& w = *a.w;
+  const auto* weight = reinterpret_cast<const uint8_t*>(w.weight.data());
+  const auto* scale = reinterpret_cast<const uint8_t*>(w.scale.data());
+  switch (w.format) {
+    case WeightFormat::kBf16:
+      RunRows(Bf16Decoder{weight, w.in}, a);
+      break;
+    case WeightFormat::kF32:
+      RunRows(F32Decoder{weight, w.in}, a);
+      break;
+    case WeightFormat::kFp8Block:
+      RunRows(Fp8Decoder{weight, scale, w.in, NumTiles(w.in)}, a);
+      break;
+    case WeightFormat::kMxfp4:
+      RunRows(Mxfp4Decoder{weight, scale, w.in}, a);
+      break;
+  }
+}
+
+}  // namespace dsv41::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dsv41 {
+HWY_EXPORT(LinearRowsSimd);
+
 namespace {
+
+using linear_internal::kBlock;
+using linear_internal::kOTile;
+using linear_internal::LinearArgs;
 
 std::span<const uint8_t> AsBytes(std::span<const std::byte> s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
@@ -76,23 +409,36 @@ void DequantizeRowRef(const LinearWeight& w, int64_t o, std::span<float> out) {
   }
 }
 
-// The activations as the GEMM sees them (model.md §12.3): x itself, or its fq8_b32 quantisation
-// per block of 32 along K. A partial last block (in % 32 != 0, FP8 edge tiles) is quantised on
-// its own elements: it is padded with zeros, which change neither its amax nor its other codes.
-void PrepareActivations(std::span<const float> x, int64_t rows, int64_t in, bool quantize,
-                        std::vector<float>& out) {
-  out.assign(x.begin(), x.end());
-  if (!quantize || in == 0) return;
-  const int64_t padded = NumTiles(in) * kFq8Block;
-  std::vector<float> row(padded);
-  std::vector<uint8_t> codes(padded);
-  std::vector<float> scales(padded / kFq8Block);
+// The activations as the GEMM sees them (model.md §12.3), row r at out[r·stride]: x itself, or
+// its fq8_b32 quantisation per block of 32 along K. A partial last block (in % 32 != 0, FP8 edge
+// tiles) is quantised on its own elements: it is padded with zeros, which change neither its amax
+// nor its other codes. out[r·stride + in .. stride) is zero.
+void PrepareActivations(std::span<const float> x, int64_t rows, int64_t in, int64_t stride,
+                        bool quantize, std::span<float> out) {
+  const int64_t padded = NumTiles(in) * kBlock;
+  DSV41_CHECK(stride >= padded);
+  std::vector<uint8_t> codes(quantize ? padded : 0);
+  std::vector<float> scales(quantize ? padded / kBlock : 0);
   for (int64_t r = 0; r < rows; ++r) {
-    std::fill(row.begin(), row.end(), 0.0f);
+    const std::span<float> row = out.subspan(r * stride, stride);
     std::copy(x.begin() + r * in, x.begin() + (r + 1) * in, row.begin());
-    QuantizeActivationFq8B32(row, codes, scales);
-    DequantizeActivationFq8B32(codes, scales, row);
-    std::copy(row.begin(), row.begin() + in, out.begin() + r * in);
+    std::fill(row.begin() + in, row.end(), 0.0f);
+    if (quantize && in > 0) {
+      QuantizeActivationFq8B32(row.first(padded), codes, scales);
+      DequantizeActivationFq8B32(codes, scales, row.first(padded));
+    }
+  }
+}
+
+// Reorders each 32-block of every row to [16 even elements, 16 odd elements] (MXFP4 nibbles).
+void DeinterleaveBlocks(std::span<float> xp) {
+  float tmp[kBlock];
+  for (size_t b = 0; b + kBlock <= xp.size(); b += kBlock) {
+    for (int64_t j = 0; j < kBlock / 2; ++j) {
+      tmp[j] = xp[b + 2 * j];
+      tmp[kBlock / 2 + j] = xp[b + 2 * j + 1];
+    }
+    std::copy(tmp, tmp + kBlock, xp.begin() + b);
   }
 }
 
@@ -101,13 +447,14 @@ void PrepareActivations(std::span<const float> x, int64_t rows, int64_t in, bool
 void LinearRef(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
                const LinearOptions& options) {
   CheckShapes(w, x, rows, y);
-  std::vector<float> xq;
-  PrepareActivations(x, rows, w.in, options.quantize_activations, xq);
+  const int64_t stride = NumTiles(w.in) * kBlock;
+  std::vector<float> xq(rows * stride);
+  PrepareActivations(x, rows, w.in, stride, options.quantize_activations, xq);
   std::vector<float> wrow(w.in);
   for (int64_t o = 0; o < w.out; ++o) {
     DequantizeRowRef(w, o, wrow);
     for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = xq.data() + r * w.in;
+      const float* xr = xq.data() + r * stride;
       double sum = 0.0;  // fp32 × fp32 products are exact in double
       for (int64_t i = 0; i < w.in; ++i) {
         sum += static_cast<double>(wrow[i]) * static_cast<double>(xr[i]);
@@ -120,27 +467,34 @@ void LinearRef(const LinearWeight& w, std::span<const float> x, int64_t rows, st
 void Linear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
             const LinearOptions& options, ThreadPool* pool) {
   CheckShapes(w, x, rows, y);
-  std::vector<float> xq;
-  PrepareActivations(x, rows, w.in, options.quantize_activations, xq);
-  auto run = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
-    std::vector<float> wrow(w.in);
-    for (int64_t o = begin; o < end; ++o) {
-      DequantizeRowRef(w, o, wrow);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = xq.data() + r * w.in;
-        double sum = 0.0;
-        for (int64_t i = 0; i < w.in; ++i) {
-          sum += static_cast<double>(wrow[i]) * static_cast<double>(xr[i]);
-        }
-        y[r * w.out + o] = static_cast<float>(sum);
-      }
-    }
-  };
-  if (pool == nullptr || pool->num_threads() == 1) {
-    run(0, w.out, 0);
-  } else {
-    pool->ParallelFor(w.out, 32, run);
+  if (rows == 0 || w.out == 0) return;
+  const int64_t in_pad = NumTiles(w.in) * kBlock;
+  thread_local std::vector<float> xp;
+  xp.resize(rows * in_pad);
+  PrepareActivations(x, rows, w.in, in_pad, options.quantize_activations, xp);
+  if (w.format == WeightFormat::kMxfp4) DeinterleaveBlocks(xp);
+
+  LinearArgs args;
+  args.w = &w;
+  args.xp = xp.data();
+  args.rows = rows;
+  args.in_pad = in_pad;
+  args.y = y.data();
+  const auto run = HWY_DYNAMIC_DISPATCH(LinearRowsSimd);
+  const int64_t tiles = (w.out + kOTile - 1) / kOTile;
+  if (pool == nullptr || pool->num_threads() == 1 || tiles == 1) {
+    args.o_begin = 0;
+    args.o_end = w.out;
+    run(args);
+    return;
   }
+  pool->ParallelFor(tiles, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+    LinearArgs part = args;
+    part.o_begin = begin * kOTile;
+    part.o_end = std::min(end * kOTile, w.out);
+    run(part);
+  });
 }
 
 }  // namespace dsv41
+#endif  // HWY_ONCE

@@ -1,11 +1,20 @@
 #include "kernels/linear.h"
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "gtest/gtest.h"
+#include "hwy/targets.h"
+#include "numerics/block_quant.h"
+#include "numerics/fake_quant.h"
 
 namespace dsv41 {
 namespace {
@@ -14,16 +23,35 @@ std::span<const std::byte> Bytes(const std::vector<uint8_t>& v) {
   return std::as_bytes(std::span<const uint8_t>(v));
 }
 
+// Runs fn once per Highway target compiled into dsv41_kernels and supported by this CPU (the
+// dispatch of Linear follows the mock), then restores normal dispatch.
+template <class Fn>
+void ForEachTarget(const Fn& fn) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    fn();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// ---- LinearRef on hand-computed cases (and Linear on every target: these sums are exact) -----
+
 // FP8 2×32, one tile with scale byte 126 (2^-1). Row 0: code 0x38 (1.0) everywhere → 0.5.
-// Row 1: 0x40 (2.0) at even i, 0xB8 (−1.0) at odd i → 1.0, −0.5. x is model.md §12.2's fq8_b32
-// worked example, whose quantised values the spec gives: [1.0, 0.3125, −0.009765625,
-// 0.00146484375, 0, ...].
-TEST(LinearRefTest, Fp8HandComputedTwoRowsWithActivationQuantisation) {
+// Row 1: 0x40 (2.0) at even i, 0xB8 (−1.0) at odd i → 1.0, −0.5.
+std::vector<uint8_t> HandFp8Weight() {
   std::vector<uint8_t> weight(64);
   for (int i = 0; i < 32; ++i) {
     weight[i] = 0x38;
     weight[32 + i] = (i % 2 == 0) ? 0x40 : 0xB8;
   }
+  return weight;
+}
+
+// x is model.md §12.2's fq8_b32 worked example, whose quantised values the spec gives:
+// [1.0, 0.3125, −0.009765625, 0.00146484375, 0, ...].
+TEST(LinearRefTest, Fp8HandComputedTwoRowsWithActivationQuantisation) {
+  const std::vector<uint8_t> weight = HandFp8Weight();
   const std::vector<uint8_t> scale = {126};
   const LinearWeight w{WeightFormat::kFp8Block, 2, 32, Bytes(weight), Bytes(scale)};
   std::vector<float> x(32, 0.0f);
@@ -31,22 +59,27 @@ TEST(LinearRefTest, Fp8HandComputedTwoRowsWithActivationQuantisation) {
   x[1] = 0.3f;
   x[2] = -0.01f;
   x[3] = 0.0015f;
-  std::vector<float> y(2);
-  LinearRef(w, x, 1, y, LinearOptions{.quantize_activations = true});
-  // 0.5 · (1 + 0.3125 − 0.009765625 + 0.00146484375)
-  EXPECT_EQ(y[0], 0.652099609375f);
+  const LinearOptions options{.quantize_activations = true};
+  // 0.5 · (1 + 0.3125 − 0.009765625 + 0.00146484375) = 0.5 · 1.30419921875
+  const float want0 = 0.652099609375f;
   // 1 − 0.5·0.3125 − 0.009765625 − 0.5·0.00146484375
-  EXPECT_EQ(y[1], 0.833251953125f);
+  const float want1 = 0.833251953125f;
+  std::vector<float> y(2);
+  LinearRef(w, x, 1, y, options);
+  EXPECT_EQ(y[0], want0);
+  EXPECT_EQ(y[1], want1);
+  ForEachTarget([&] {
+    std::vector<float> yf(2);
+    Linear(w, x, 1, yf, options, nullptr);
+    EXPECT_EQ(yf[0], want0);
+    EXPECT_EQ(yf[1], want1);
+  });
 }
 
 // Without activation quantisation the same weights see x itself: x = 1..32 gives
 // row 0: 0.5 · 528 = 264; row 1: (1 + 3 + ... + 31) − 0.5 · (2 + 4 + ... + 32) = 256 − 136 = 120.
 TEST(LinearRefTest, Fp8HandComputedWithoutActivationQuantisation) {
-  std::vector<uint8_t> weight(64);
-  for (int i = 0; i < 32; ++i) {
-    weight[i] = 0x38;
-    weight[32 + i] = (i % 2 == 0) ? 0x40 : 0xB8;
-  }
+  const std::vector<uint8_t> weight = HandFp8Weight();
   const std::vector<uint8_t> scale = {126};
   const LinearWeight w{WeightFormat::kFp8Block, 2, 32, Bytes(weight), Bytes(scale)};
   std::vector<float> x(32);
@@ -55,22 +88,62 @@ TEST(LinearRefTest, Fp8HandComputedWithoutActivationQuantisation) {
   LinearRef(w, x, 1, y, LinearOptions{});
   EXPECT_EQ(y[0], 264.0f);
   EXPECT_EQ(y[1], 120.0f);
+  ForEachTarget([&] {
+    std::vector<float> yf(2);
+    Linear(w, x, 1, yf, LinearOptions{}, nullptr);
+    EXPECT_EQ(yf[0], 264.0f);
+    EXPECT_EQ(yf[1], 120.0f);
+  });
+}
+
+// A partial FP8 tile (1×3, in < 32): codes 0x38 (1.0), 0x3C (1.5), 0x01 (the smallest
+// subnormal, 2^-9), scale byte 129 (4) → W = [4, 6, 2^-7]; x = [1, 2, 128] → 4 + 12 + 1 = 17.
+TEST(LinearRefTest, Fp8HandComputedPartialTileWithSubnormalCode) {
+  const std::vector<uint8_t> weight = {0x38, 0x3C, 0x01};
+  const std::vector<uint8_t> scale = {129};
+  const LinearWeight w{WeightFormat::kFp8Block, 1, 3, Bytes(weight), Bytes(scale)};
+  const std::vector<float> x = {1.0f, 2.0f, 128.0f};
+  std::vector<float> y(1);
+  LinearRef(w, x, 1, y, LinearOptions{});
+  EXPECT_EQ(y[0], 17.0f);
+  ForEachTarget([&] {
+    std::vector<float> yf(1);
+    Linear(w, x, 1, yf, LinearOptions{}, nullptr);
+    EXPECT_EQ(yf[0], 17.0f);
+  });
 }
 
 // MXFP4 1×32, scale byte 128 (2). Byte 0 = 0xA7: element 0 code 7 (6.0), element 1 code 0xA
 // (−1.0); other bytes 0x22 (1.0, 1.0). W = [12, −2, 2 × 30]; x = 1 → 12 − 2 + 60 = 70, also with
-// activation quantisation (1.0 is e4m3-exact with s = 2^-8).
+// activation quantisation (1.0 is e4m3-exact with s = 2^-8). With x = [1, 0, 0, ...] only
+// element 0 counts (12), with x = [0, 1, 0, ...] only element 1 (−2): the low nibble comes first.
 TEST(LinearRefTest, Mxfp4HandComputedLowNibbleFirst) {
   std::vector<uint8_t> weight(16, 0x22);
   weight[0] = 0xA7;
   const std::vector<uint8_t> scale = {128};
   const LinearWeight w{WeightFormat::kMxfp4, 1, 32, Bytes(weight), Bytes(scale)};
-  const std::vector<float> x(32, 1.0f);
+  const std::vector<float> ones(32, 1.0f);
+  std::vector<float> e0(32, 0.0f), e1(32, 0.0f);
+  e0[0] = 1.0f;
+  e1[1] = 1.0f;
   std::vector<float> y(1);
-  LinearRef(w, x, 1, y, LinearOptions{});
+  LinearRef(w, ones, 1, y, LinearOptions{});
   EXPECT_EQ(y[0], 70.0f);
-  LinearRef(w, x, 1, y, LinearOptions{.quantize_activations = true});
+  LinearRef(w, ones, 1, y, LinearOptions{.quantize_activations = true});
   EXPECT_EQ(y[0], 70.0f);
+  LinearRef(w, e0, 1, y, LinearOptions{});
+  EXPECT_EQ(y[0], 12.0f);
+  LinearRef(w, e1, 1, y, LinearOptions{});
+  EXPECT_EQ(y[0], -2.0f);
+  ForEachTarget([&] {
+    std::vector<float> yf(1);
+    Linear(w, ones, 1, yf, LinearOptions{.quantize_activations = true}, nullptr);
+    EXPECT_EQ(yf[0], 70.0f);
+    Linear(w, e0, 1, yf, LinearOptions{}, nullptr);
+    EXPECT_EQ(yf[0], 12.0f);
+    Linear(w, e1, 1, yf, LinearOptions{}, nullptr);
+    EXPECT_EQ(yf[0], -2.0f);
+  });
 }
 
 // BF16 1×3: 0x3F80 = 1.0, 0x4040 = 3.0, 0xBF00 = −0.5; two input rows.
@@ -84,6 +157,323 @@ TEST(LinearRefTest, Bf16HandComputedTwoInputRows) {
   LinearRef(w, x, 2, y, LinearOptions{});
   EXPECT_EQ(y[0], 3.0f);  // 2 + 3 − 2
   EXPECT_EQ(y[1], 3.5f);  // 1 + 3 − 0.5
+  ForEachTarget([&] {
+    std::vector<float> yf(2);
+    Linear(w, x, 2, yf, LinearOptions{}, nullptr);
+    EXPECT_EQ(yf[0], 3.0f);
+    EXPECT_EQ(yf[1], 3.5f);
+  });
+}
+
+// ---- random matrices: the fast path against LinearRef, LinearRef against an expansion --------
+
+// A stored weight whose bytes start `misalign` bytes into their buffers.
+struct StoredWeight {
+  WeightFormat format;
+  int64_t out = 0;
+  int64_t in = 0;
+  std::vector<uint8_t> weight_buf;
+  std::vector<uint8_t> scale_buf;
+  size_t misalign = 0;
+  size_t weight_bytes = 0;
+  size_t scale_bytes = 0;
+
+  LinearWeight View() const {
+    LinearWeight w;
+    w.format = format;
+    w.out = out;
+    w.in = in;
+    w.weight = std::as_bytes(std::span<const uint8_t>(weight_buf).subspan(misalign, weight_bytes));
+    if (scale_bytes > 0) {
+      w.scale = std::as_bytes(std::span<const uint8_t>(scale_buf).subspan(misalign, scale_bytes));
+    }
+    return w;
+  }
+  const uint8_t* WeightBytes() const { return weight_buf.data() + misalign; }
+  std::vector<uint8_t> ScaleBytes() const {
+    return {scale_buf.begin() + misalign, scale_buf.begin() + misalign + scale_bytes};
+  }
+  std::vector<uint8_t> WeightVector() const {
+    return {WeightBytes(), WeightBytes() + weight_bytes};
+  }
+};
+
+// Scale bytes are drawn from [scale_lo, scale_hi]; FP8 codes have magnitude bits at most
+// fp8_max_mag (never the NaN code 0x7F).
+StoredWeight MakeWeight(WeightFormat format, int64_t out, int64_t in, size_t misalign,
+                        std::mt19937& rng, int scale_lo = 118, int scale_hi = 130,
+                        int fp8_max_mag = 0x7E) {
+  StoredWeight s;
+  s.format = format;
+  s.out = out;
+  s.in = in;
+  s.misalign = misalign;
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<int> scale_byte(scale_lo, scale_hi);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  std::vector<uint8_t> weight;
+  std::vector<uint8_t> scale;
+  switch (format) {
+    case WeightFormat::kBf16:
+      for (int64_t i = 0; i < out * in; ++i) {
+        uint32_t bits;
+        const float v = value(rng);
+        std::memcpy(&bits, &v, 4);
+        const uint16_t b16 = static_cast<uint16_t>(bits >> 16);  // truncation: any bf16 will do
+        weight.push_back(static_cast<uint8_t>(b16 & 0xFF));
+        weight.push_back(static_cast<uint8_t>(b16 >> 8));
+      }
+      break;
+    case WeightFormat::kF32:
+      for (int64_t i = 0; i < out * in; ++i) {
+        const float v = value(rng);
+        uint8_t b[4];
+        std::memcpy(b, &v, 4);
+        weight.insert(weight.end(), b, b + 4);
+      }
+      break;
+    case WeightFormat::kFp8Block:
+      for (int64_t i = 0; i < out * in; ++i) {
+        const int c = byte(rng);
+        weight.push_back(static_cast<uint8_t>((c & 0x80) | ((c & 0x7F) % (fp8_max_mag + 1))));
+      }
+      for (int64_t i = 0; i < NumTiles(out) * NumTiles(in); ++i) {
+        scale.push_back(static_cast<uint8_t>(scale_byte(rng)));
+      }
+      break;
+    case WeightFormat::kMxfp4:
+      for (int64_t i = 0; i < out * in / 2; ++i) weight.push_back(static_cast<uint8_t>(byte(rng)));
+      for (int64_t i = 0; i < out * in / 32; ++i) {
+        scale.push_back(static_cast<uint8_t>(scale_byte(rng)));
+      }
+      break;
+  }
+  s.weight_bytes = weight.size();
+  s.scale_bytes = scale.size();
+  s.weight_buf.assign(misalign, 0xEE);
+  s.weight_buf.insert(s.weight_buf.end(), weight.begin(), weight.end());
+  s.scale_buf.assign(misalign, 0xEE);
+  s.scale_buf.insert(s.scale_buf.end(), scale.begin(), scale.end());
+  return s;
+}
+
+// Uniform in ±3 times `scale` (a power of two: exact).
+std::vector<float> RandomActivations(int64_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = value(rng) * scale;
+  return x;
+}
+
+// The whole matrix expanded to fp32 by numerics/block_quant.h (or by bit shifts for bf16).
+std::vector<float> ExpandWeight(const StoredWeight& s) {
+  std::vector<float> w(s.out * s.in);
+  switch (s.format) {
+    case WeightFormat::kBf16:
+      for (int64_t i = 0; i < s.out * s.in; ++i) {
+        uint16_t b16;
+        std::memcpy(&b16, s.WeightBytes() + 2 * i, 2);
+        const uint32_t bits = static_cast<uint32_t>(b16) << 16;
+        std::memcpy(&w[i], &bits, 4);
+      }
+      break;
+    case WeightFormat::kF32:
+      if (!w.empty()) std::memcpy(w.data(), s.WeightBytes(), 4 * w.size());
+      break;
+    case WeightFormat::kFp8Block:
+      DequantizeFp8Blocks(s.out, s.in, s.WeightVector(), s.ScaleBytes(), w);
+      break;
+    case WeightFormat::kMxfp4:
+      DequantizeMxfp4(s.out, s.in, s.WeightVector(), s.ScaleBytes(), w);
+      break;
+  }
+  return w;
+}
+
+// x as the GEMM must see it: x, or FakeQuantFq8B32 over each row zero-padded to 32.
+std::vector<float> ExpandActivations(const std::vector<float>& x, int64_t rows, int64_t in,
+                                     bool quantize) {
+  if (!quantize) return x;
+  std::vector<float> out(x.size());
+  const int64_t padded = (in + 31) / 32 * 32;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> row(padded, 0.0f);
+    std::copy(x.begin() + r * in, x.begin() + (r + 1) * in, row.begin());
+    FakeQuantFq8B32(row);
+    std::copy(row.begin(), row.begin() + in, out.begin() + r * in);
+  }
+  return out;
+}
+
+struct Expected {
+  std::vector<float> exact;     // double dot, rounded once
+  std::vector<double> abs_sum;  // Σ|w·x| per output
+};
+
+Expected ExpandedProduct(const StoredWeight& s, const std::vector<float>& x, int64_t rows,
+                         bool quantize) {
+  const std::vector<float> w = ExpandWeight(s);
+  const std::vector<float> xq = ExpandActivations(x, rows, s.in, quantize);
+  Expected e;
+  e.exact.resize(rows * s.out);
+  e.abs_sum.resize(rows * s.out);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < s.out; ++o) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int64_t i = 0; i < s.in; ++i) {
+        const double p = static_cast<double>(w[o * s.in + i]) * xq[r * s.in + i];
+        sum += p;
+        abs_sum += std::fabs(p);
+      }
+      e.exact[r * s.out + o] = static_cast<float>(sum);
+      e.abs_sum[r * s.out + o] = abs_sum;
+    }
+  }
+  return e;
+}
+
+// The stated bound of the fast path: |y − exact| ≤ max(1e-6, (in + 2)·2^-24) · Σ|w·x|. Any fp32
+// accumulation order of `in` products (FMA or not) is within (in − 1 + 1)·u·Σ|w·x| to first order
+// (u = 2^-24), and the reference's own rounding adds u·|y|; for in ≤ 14 the 1e-6 term dominates.
+double Bound(int64_t in, double abs_sum) {
+  return std::max(1e-6, static_cast<double>(in + 2) * 0x1p-24) * abs_sum;
+}
+
+std::string Name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kBf16:
+      return "bf16";
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kFp8Block:
+      return "fp8";
+    case WeightFormat::kMxfp4:
+      return "mxfp4";
+  }
+  return "?";
+}
+
+void CheckCase(WeightFormat format, int64_t out, int64_t in, int64_t rows, bool quantize,
+               size_t misalign, std::mt19937& rng, int scale_lo = 118, int scale_hi = 130,
+               float x_scale = 1.0f, int fp8_max_mag = 0x7E) {
+  SCOPED_TRACE(Name(format) + " out " + std::to_string(out) + " in " + std::to_string(in) +
+               " rows " + std::to_string(rows) + " quantize " + std::to_string(quantize) +
+               " misalign " + std::to_string(misalign));
+  const StoredWeight s =
+      MakeWeight(format, out, in, misalign, rng, scale_lo, scale_hi, fp8_max_mag);
+  const LinearWeight w = s.View();
+  const std::vector<float> x = RandomActivations(rows * in, rng, x_scale);
+  const LinearOptions options{.quantize_activations = quantize};
+  const Expected e = ExpandedProduct(s, x, rows, quantize);
+
+  std::vector<float> ref(rows * out);
+  LinearRef(w, x, rows, ref, options);
+  for (int64_t i = 0; i < rows * out; ++i) ASSERT_EQ(ref[i], e.exact[i]) << "index " << i;
+
+  ForEachTarget([&] {
+    std::vector<float> y(rows * out, -7.0f);
+    Linear(w, x, rows, y, options, nullptr);
+    for (int64_t i = 0; i < rows * out; ++i) {
+      ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref[i]), Bound(in, e.abs_sum[i]))
+          << "index " << i << " fast " << y[i] << " ref " << ref[i];
+    }
+  });
+}
+
+constexpr WeightFormat kAllFormats[] = {WeightFormat::kBf16, WeightFormat::kF32,
+                                        WeightFormat::kFp8Block, WeightFormat::kMxfp4};
+
+// Every K length 0..33 (2 × the widest vector of 16 fp32 lanes, + 1) for the formats that allow
+// it, with 5 output rows (one 4-row tile and a single row) and misaligned byte spans.
+TEST(LinearTest, MatchesReferenceOverEveryShortLength) {
+  std::mt19937 rng(1);
+  for (const WeightFormat f : kAllFormats) {
+    const int64_t step = f == WeightFormat::kMxfp4 ? 32 : 1;
+    for (int64_t in = 0; in <= 33 || (step == 32 && in <= 96); in += step) {
+      CheckCase(f, 5, in, 1, false, static_cast<size_t>(in % 3), rng);
+      CheckCase(f, 5, in, 2, f == WeightFormat::kFp8Block || f == WeightFormat::kMxfp4,
+                static_cast<size_t>(in % 4), rng);
+    }
+  }
+}
+
+// Partial FP8 tiles in both directions and every row count 1..5 and 33, with and without
+// activation quantisation.
+TEST(LinearTest, MatchesReferenceOverShapesAndRowCounts) {
+  std::mt19937 rng(2);
+  const int64_t shapes[][2] = {{1, 1}, {37, 70}, {33, 95}, {64, 128}, {9, 160}};
+  for (const WeightFormat f : kAllFormats) {
+    for (const auto& shape : shapes) {
+      const int64_t in = f == WeightFormat::kMxfp4 ? (shape[1] + 31) / 32 * 32 : shape[1];
+      for (const int64_t rows : {1, 2, 3, 4, 5, 33}) {
+        for (const bool quantize : {false, true}) {
+          CheckCase(f, shape[0], in, rows, quantize, static_cast<size_t>(rows % 3), rng);
+        }
+      }
+    }
+  }
+}
+
+// Scale bytes near the top of the ue8m0 range (FP8 above 246 and, below AVX-512, MXFP4 above
+// 240 take the two-step path: their fused factor would overflow) with tiny activations, and
+// bytes near the bottom with huge ones. FP8 codes stay below 2^-2 (exponent field <= 4) so that
+// code · 2^127 is finite, as the spec promises for every stored weight.
+TEST(LinearTest, MatchesReferenceAtExtremeScaleBytes) {
+  std::mt19937 rng(3);
+  CheckCase(WeightFormat::kFp8Block, 40, 70, 3, false, 1, rng, 240, 254, 0x1p-120f, 0x27);
+  CheckCase(WeightFormat::kMxfp4, 40, 64, 3, false, 1, rng, 236, 252, 0x1p-120f);
+  CheckCase(WeightFormat::kFp8Block, 40, 70, 3, true, 2, rng, 10, 40, 0x1p90f);
+  CheckCase(WeightFormat::kMxfp4, 40, 64, 3, true, 2, rng, 10, 40, 0x1p90f);
+}
+
+// Results are independent of the thread count and of how many rows share the call.
+TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
+  std::mt19937 rng(4);
+  ThreadPool one(1);
+  ThreadPool two(2);
+  for (const WeightFormat f : kAllFormats) {
+    SCOPED_TRACE(Name(f));
+    const int64_t out = 75, in = f == WeightFormat::kMxfp4 ? 96 : 83, rows = 6;
+    const StoredWeight s = MakeWeight(f, out, in, 1, rng);
+    const LinearWeight w = s.View();
+    const std::vector<float> x = RandomActivations(rows * in, rng);
+    const LinearOptions options{.quantize_activations = f == WeightFormat::kFp8Block};
+    ForEachTarget([&] {
+      std::vector<float> y0(rows * out), y1(rows * out), y2(rows * out);
+      Linear(w, x, rows, y0, options, nullptr);
+      Linear(w, x, rows, y1, options, &one);
+      Linear(w, x, rows, y2, options, &two);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> single(out);
+        Linear(w, std::span<const float>(x).subspan(r * in, in), 1, single, options, &two);
+        for (int64_t o = 0; o < out; ++o) {
+          const int64_t i = r * out + o;
+          ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(y1[i])) << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(y2[i])) << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(single[o])) << i;
+        }
+      }
+    });
+  }
+}
+
+// The targets really differ: the accumulation order follows the vector width, so at least two
+// targets give different bits on a long dot product (guards against the mock not dispatching).
+TEST(LinearTest, EveryTargetIsExercised) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  if (targets.size() < 2) GTEST_SKIP() << "one target only";
+  std::mt19937 rng(5);
+  const StoredWeight s = MakeWeight(WeightFormat::kF32, 8, 1024, 0, rng);
+  const std::vector<float> x = RandomActivations(1024, rng);
+  std::vector<std::vector<float>> results;
+  ForEachTarget([&] {
+    std::vector<float> y(8);
+    Linear(s.View(), x, 1, y, LinearOptions{}, nullptr);
+    results.push_back(y);
+  });
+  bool any_differs = false;
+  for (const auto& r : results) any_differs |= (r != results[0]);
+  EXPECT_TRUE(any_differs);
 }
 
 }  // namespace
