@@ -4,6 +4,8 @@
 # layer and cache plan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Compiler cache hits across clones: paths below the repository are hashed relative to it.
+export CCACHE_BASEDIR="$PWD"
 if [[ $(id -u) -eq 0 ]] || command -v sudo >/dev/null; then bash scripts/setup.sh; fi
 dir=build/release
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

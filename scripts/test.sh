@@ -4,6 +4,8 @@
 #   scripts/test.sh --sanitize   the same under AddressSanitizer + UndefinedBehaviorSanitizer
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Compiler cache hits across clones: paths below the repository are hashed relative to it.
+export CCACHE_BASEDIR="$PWD"
 mode=release
 [[ "${1:-}" == "--sanitize" ]] && mode=sanitize
 if [[ $(id -u) -eq 0 ]] || command -v sudo >/dev/null; then bash scripts/setup.sh; fi
