@@ -108,7 +108,8 @@ float SwigluActivation(float g, float u, float limit, float weight) {
   return weight * a;
 }
 
-Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix) {
+Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix,
+                      const MoeOptions& options) {
   const ModelConfig& config = weights.config();
   const bool is_dspark = prefix.substr(0, 4) == "mtp.";
   const int64_t num_experts = is_dspark ? config.dspark_n_routed_experts : config.n_routed_experts;
@@ -120,6 +121,7 @@ Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix) {
   }
   Moe moe;
   moe.prefix_ = p;
+  moe.options_ = options;
   moe.hidden_size_ = config.hidden_size;
   moe.intermediate_size_ = config.moe_intermediate_size;
   moe.router_ =
@@ -161,6 +163,15 @@ Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix) {
   return moe;
 }
 
+void Moe::Product(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
+                  ThreadPool* pool) const {
+  if (options_.reference_linear) {
+    LinearRef(w, x, rows, y, LinearOptionsFor(w));
+  } else {
+    Linear(w, x, rows, y, LinearOptionsFor(w), pool);
+  }
+}
+
 void Moe::RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
                     std::span<const float> row_weights, std::span<float> out,
                     ThreadPool* pool) const {
@@ -168,8 +179,8 @@ void Moe::RunExpert(const Expert& expert, std::span<const float> xs, int64_t row
   std::vector<float> g(n);
   std::vector<float> u(n);
   // §12.4: w1/w3 outputs are bf16; §12.5: the SwiGLU product is rounded to bf16 before w2.
-  Linear(expert.w1, xs, rows, g, LinearOptionsFor(expert.w1), pool);
-  Linear(expert.w3, xs, rows, u, LinearOptionsFor(expert.w3), pool);
+  Product(expert.w1, xs, rows, g, pool);
+  Product(expert.w3, xs, rows, u, pool);
   for (int64_t r = 0; r < rows; ++r) {
     const float weight = row_weights.empty() ? 1.0f : row_weights[static_cast<size_t>(r)];
     for (int64_t j = 0; j < intermediate_size_; ++j) {
@@ -178,7 +189,7 @@ void Moe::RunExpert(const Expert& expert, std::span<const float> xs, int64_t row
       g[i] = Bf16Round(SwigluActivation(Bf16Round(g[i]), Bf16Round(u[i]), swiglu_limit_, weight));
     }
   }
-  Linear(expert.w2, g, rows, out, LinearOptionsFor(expert.w2), pool);
+  Product(expert.w2, g, rows, out, pool);
   for (float& v : out) v = Bf16Round(v);
 }
 
@@ -196,7 +207,7 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
 
   // §8 Gate: fp32 logits of the bf16-valued input against the fp32 (bf16-stored) gate weight.
   std::vector<float> logits(static_cast<size_t>(num_tokens * num_experts));
-  Linear(gate_, x, num_tokens, logits, LinearOptions{}, pool);
+  Product(gate_, x, num_tokens, logits, pool);  // bf16/f32 gate: no quantisation
   std::vector<int32_t> chosen(static_cast<size_t>(num_tokens * k));
   std::vector<float> chosen_weights(chosen.size());
   for (int64_t t = 0; t < num_tokens; ++t) {

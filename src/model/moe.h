@@ -46,6 +46,13 @@ struct MoeRouting {
   std::vector<float> weights;    // [T, top_k], the routing weights of `experts`
 };
 
+struct MoeOptions {
+  // Run every weight product through LinearRef (exact accumulation, one rounding) instead of the
+  // fast Linear. The goldens were made with exact accumulation, so this mode reproduces them bit
+  // for bit; the fast path differs only by the accumulation order §12.8 item 1 leaves free.
+  bool reference_linear = false;
+};
+
 // The MoE FFN of one backbone layer ("layers.N") or DSpark stage ("mtp.K"), model.md §8: router
 // (`ffn.gate`), routed experts (`ffn.experts.{e}.w{1,2,3}`) and the shared expert
 // (`ffn.shared_experts.w{1,2,3}`), each weight a view in its stored format. DSpark stages use
@@ -55,7 +62,8 @@ struct MoeRouting {
 class Moe {
  public:
   // Reads and checks the layer's weights (errors name the tensor).
-  static Result<Moe> Load(const ModelWeights& weights, std::string_view prefix);
+  static Result<Moe> Load(const ModelWeights& weights, std::string_view prefix,
+                          const MoeOptions& options = {});
 
   // y = MoE(x) for `num_tokens` rows. x: [T, hidden] holding bf16 values (the ffn_norm output);
   // y: [T, hidden] bf16 values. `in_image` is empty (text) or [T], nonzero where the token lies
@@ -81,7 +89,13 @@ class Moe {
   void RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
                  std::span<const float> row_weights, std::span<float> out, ThreadPool* pool) const;
 
+  // y = w · x through Linear or LinearRef (options_.reference_linear), activation quantisation as
+  // the weight's format requires.
+  void Product(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
+               ThreadPool* pool) const;
+
   std::string prefix_;
+  MoeOptions options_;
   int32_t hidden_size_ = 0;
   int32_t intermediate_size_ = 0;
   RouterOptions router_;
