@@ -17,13 +17,6 @@
 namespace dsv41 {
 namespace {
 
-// model.md §5 RMSNorm of one row: ms = ExactMeanSquare(x), r = CrRsqrt(ms + fp32(eps)),
-// y = bf16(w · (x · r)). In place.
-void RmsNormRow(std::span<float> x, std::span<const float> weight, float eps) {
-  const float r = CrRsqrt(ExactMeanSquare(x) + eps);
-  for (size_t d = 0; d < x.size(); ++d) x[d] = Bf16Round(weight[d] * (x[d] * r));
-}
-
 void RoundToBf16(std::span<float> x) {
   for (float& v : x) v = Bf16Round(v);
 }
@@ -202,8 +195,10 @@ Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights
   }
   DSV41_ASSIGN_OR_RETURN(a->wo_b_,
                          GetLinearShaped(weights, prefix + ".wo_b", hidden, c.wo_a_out()));
-  DSV41_ASSIGN_OR_RETURN(a->q_norm_, GetVector(weights, prefix + ".q_norm.weight", c.q_lora_rank));
-  DSV41_ASSIGN_OR_RETURN(a->kv_norm_, GetVector(weights, prefix + ".kv_norm.weight", c.head_dim));
+  DSV41_ASSIGN_OR_RETURN(a->q_norm_,
+                         GetNormWeight(weights, prefix + ".q_norm.weight", c.q_lora_rank));
+  DSV41_ASSIGN_OR_RETURN(a->kv_norm_,
+                         GetNormWeight(weights, prefix + ".kv_norm.weight", c.head_dim));
   DSV41_ASSIGN_OR_RETURN(a->attn_sink_,
                          GetVector(weights, prefix + ".attn_sink", c.num_attention_heads));
   return a;
@@ -236,9 +231,7 @@ void Attention::Forward(std::span<const float> x, int32_t num_tokens, AttentionC
   // §7.1 query path: qr = RMSNorm(q_norm, wq_a·x); q = rope(wq_b·qr) per head.
   std::vector<float> qr(t_count * q_rank);
   LinearBf16(wq_a_, x, t_count, qr, pool);
-  for (int64_t t = 0; t < t_count; ++t) {
-    RmsNormRow(std::span<float>(qr).subspan(t * q_rank, q_rank), q_norm_, eps);
-  }
+  RmsNormRows(qr, t_count, q_norm_, eps, qr);
   std::vector<float> q(t_count * num_heads * head_dim);
   LinearBf16(wq_b_, qr, t_count, q, pool);
   for (int64_t t = 0; t < t_count; ++t) {
@@ -253,7 +246,7 @@ void Attention::Forward(std::span<const float> x, int32_t num_tokens, AttentionC
   LinearBf16(wkv_, x, t_count, kv, pool);
   for (int64_t t = 0; t < t_count; ++t) {
     std::span<float> row = std::span<float>(kv).subspan(t * head_dim, head_dim);
-    RmsNormRow(row, kv_norm_, eps);
+    RmsNorm(row, kv_norm_, eps, row);
     Rope::RotateWith(row, cos_of(t), sin_of(t), /*inverse=*/false);
     FakeQuantFq8B32(row);
     cache.swa.Append(row);

@@ -17,6 +17,7 @@
 #include "kernels/linear.h"
 #include "model/config.h"
 #include "model/layer_plan.h"
+#include "model/norm.h"
 #include "model/rope.h"
 
 namespace dsv41 {
@@ -103,8 +104,8 @@ class Attention {
   LinearWeight wkv_;
   std::vector<LinearWeight> wo_a_groups_;  // wo_a rows of group g, as a bf16-exact product
   LinearWeight wo_b_;
-  std::vector<float> q_norm_;   // bf16 values of q_norm.weight
-  std::vector<float> kv_norm_;  // bf16 values of kv_norm.weight
+  NormWeight q_norm_;
+  NormWeight kv_norm_;
   std::vector<float> attn_sink_;
 };
 

@@ -1,7 +1,6 @@
 #include "model/compressor.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "base/check.h"
 #include "checkpoint/dtype.h"
@@ -13,29 +12,6 @@
 
 namespace dsv41 {
 namespace {
-
-// model.md §5 RMSNorm of one row, in place: y = bf16(w · (x · CrRsqrt(ExactMeanSquare(x) + eps))).
-void RmsNormRow(std::span<float> x, std::span<const float> weight, float eps) {
-  const float r = CrRsqrt(ExactMeanSquare(x) + eps);
-  for (size_t d = 0; d < x.size(); ++d) x[d] = Bf16Round(weight[d] * (x[d] * r));
-}
-
-// The fp32 values of the BF16 vector `name` of `size` elements.
-Result<std::vector<float>> GetBf16Vector(const ModelWeights& weights, const std::string& name,
-                                         int64_t size) {
-  DSV41_ASSIGN_OR_RETURN(TensorView view, weights.Get(name));
-  if (view.dtype != DType::kBF16 || view.shape.size() != 1 || view.shape[0] != size) {
-    return InvalidArgumentError("'%s': want BF16 [%lld]", name.c_str(),
-                                static_cast<long long>(size));
-  }
-  std::vector<float> values(size);
-  for (int64_t i = 0; i < size; ++i) {
-    uint16_t bits;
-    std::memcpy(&bits, view.bytes.data() + 2 * i, 2);
-    values[i] = F32FromBf16(bits);
-  }
-  return values;
-}
 
 Result<LinearWeight> GetLinearShaped(const ModelWeights& weights, const std::string& prefix,
                                      int64_t out, int64_t in) {
@@ -70,11 +46,11 @@ Result<std::unique_ptr<Compressor>> Compressor::Create(const ModelWeights& weigh
     DSV41_ASSIGN_OR_RETURN(comp->wgate_,
                            GetLinearShaped(weights, cp + ".wgate", c.head_dim, c.hidden_size));
   }
-  DSV41_ASSIGN_OR_RETURN(comp->norm_, GetBf16Vector(weights, cp + ".norm.weight", c.head_dim));
+  DSV41_ASSIGN_OR_RETURN(comp->norm_, GetNormWeight(weights, cp + ".norm.weight", c.head_dim));
   DSV41_ASSIGN_OR_RETURN(
       comp->wk_, GetLinearShaped(weights, prefix + ".indexer.wk", c.index_head_dim, c.head_dim));
   DSV41_ASSIGN_OR_RETURN(
-      comp->k_norm_, GetBf16Vector(weights, prefix + ".indexer.k_norm.weight", c.index_head_dim));
+      comp->k_norm_, GetNormWeight(weights, prefix + ".indexer.k_norm.weight", c.index_head_dim));
   return comp;
 }
 
@@ -93,7 +69,7 @@ void Compressor::Publish(std::span<const float> latent, int32_t entry_idx,
   std::vector<float> k(index_dim);
   Linear(wk_, latent, 1, k, LinearOptions{}, nullptr);
   for (float& v : k) v = Bf16Round(v);
-  RmsNormRow(k, k_norm_, eps);
+  RmsNorm(k, k_norm_, eps, k);
   Rope::RotateWith(k, cos, sin, /*inverse=*/false);
   FakeQuantFq4B32Pow2(k);
   cache.index_k.insert(cache.index_k.end(), k.begin(), k.end());
@@ -124,7 +100,7 @@ void Compressor::Forward(std::span<const float> x, int32_t num_tokens, int32_t s
     for (int64_t t = 0; t < t_count; ++t) {
       std::span<float> latent = std::span<float>(a).subspan(t * head_dim, head_dim);
       for (float& v : latent) v = Bf16Round(v);
-      RmsNormRow(latent, norm_, eps);
+      RmsNorm(latent, norm_, eps, latent);
       Publish(latent, start_pos + static_cast<int32_t>(t), cache);
     }
     return;
@@ -161,7 +137,7 @@ void Compressor::Forward(std::span<const float> x, int32_t num_tokens, int32_t s
       }
       latent[ch] = Bf16Round(SeqSum(terms));
     }
-    RmsNormRow(latent, norm_, eps);
+    RmsNorm(latent, norm_, eps, latent);
     Publish(latent, cache.num_entries(), cache);
     cache.pending.clear();
     cache.num_pending = 0;

@@ -15,6 +15,7 @@
 #include "kernels/linear.h"
 #include "model/config.h"
 #include "model/layer_plan.h"
+#include "model/norm.h"
 #include "model/rope.h"
 
 namespace dsv41 {
@@ -82,9 +83,9 @@ class Compressor {
   Rope rope_;  // the compress table
   LinearWeight wkv_;
   LinearWeight wgate_;  // ratio > 1 only
-  std::vector<float> norm_;
+  NormWeight norm_;
   LinearWeight wk_;
-  std::vector<float> k_norm_;
+  NormWeight k_norm_;
 };
 
 }  // namespace dsv41
