@@ -27,12 +27,12 @@ const std::string kGoldens = std::string(DSV41_SHARED_DIR) + "/goldens/model/";
 const std::vector<int32_t> kSpecClasses = {0, 1234, 56789, 99091, 2, 31337};
 
 const EngramHashConstants& ReleasedConstants() {
-  static const EngramHashConstants* constants = [] {
+  static const EngramHashConstants constants = [] {
     Result<EngramHashConstants> c = ComputeEngramHashConstants(ReleasedConfig(), 99092, 2);
     DSV41_CHECK(c.ok(), "%s", c.status().ToString().c_str());
-    return new EngramHashConstants(*std::move(c));
+    return *std::move(c);
   }();
-  return *constants;
+  return constants;
 }
 
 // Rows [position][layer][col] of every position in `classes`.
