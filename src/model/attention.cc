@@ -170,10 +170,6 @@ Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights
 Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights,
                                                      const std::string& prefix,
                                                      const LayerRole& role) {
-  if (role.mode != LayerMode::kSwaOnly) {
-    return UnimplementedError("%s: attention mode '%s' is not implemented yet", prefix.c_str(),
-                              std::string(LayerModeName(role.mode)).c_str());
-  }
   const ModelConfig& c = weights.config();
   std::unique_ptr<Attention> a(new Attention(c, role, prefix));
   const int64_t hidden = c.hidden_size;
@@ -205,7 +201,8 @@ Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights
 }
 
 void Attention::Forward(std::span<const float> x, int32_t num_tokens, AttentionCache& cache,
-                        std::span<float> out, ThreadPool* pool) const {
+                        const CompressedSelection* compressed, std::span<float> out,
+                        ThreadPool* pool) const {
   const int64_t t_count = num_tokens;
   const int64_t hidden = config_.hidden_size;
   const int64_t num_heads = config_.num_attention_heads;
@@ -217,6 +214,16 @@ void Attention::Forward(std::span<const float> x, int32_t num_tokens, AttentionC
   DSV41_CHECK(static_cast<int64_t>(out.size()) == t_count * hidden, "out %zu", out.size());
   DSV41_CHECK(cache.swa.head_dim() == head_dim, "cache head_dim %d", cache.swa.head_dim());
   const int32_t start_pos = cache.swa.num_positions();
+  DSV41_CHECK((compressed != nullptr) == (role_.ratio > 0), "layer %d: ratio %d, selection %s",
+              role_.layer, role_.ratio, compressed != nullptr ? "given" : "missing");
+  if (compressed != nullptr) {
+    DSV41_CHECK(
+        compressed->cache != nullptr && compressed->per_token >= 0 &&
+            static_cast<int64_t>(compressed->entries.size()) == t_count * compressed->per_token,
+        "selection of %zu ids, %d per token", compressed->entries.size(), compressed->per_token);
+    DSV41_CHECK(compressed->cache->head_dim == head_dim, "compressed head_dim %d",
+                compressed->cache->head_dim);
+  }
 
   // cos/sin of every new position, shared by q, kv and the inverse rotation of the output.
   std::vector<float> cos(t_count * half);
@@ -252,7 +259,8 @@ void Attention::Forward(std::span<const float> x, int32_t num_tokens, AttentionC
     cache.swa.Append(row);
   }
 
-  // §7.6: each (token, head) attends the window rows max(0, p − W + 1) .. p in position order.
+  // §7.6: each (token, head) attends the window rows max(0, p − W + 1) .. p in position order,
+  // then its selected compressed entries in the given (ascending) order.
   std::vector<float> o(t_count * num_heads * head_dim);
   const int32_t window = config_.sliding_window;
   auto attend = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
@@ -264,6 +272,16 @@ void Attention::Forward(std::span<const float> x, int32_t num_tokens, AttentionC
       keys.clear();
       for (int32_t k = std::max(0, pos - window + 1); k <= pos; ++k) {
         keys.push_back(cache.swa.Row(k).data());
+      }
+      if (compressed != nullptr) {
+        const int32_t per_token = compressed->per_token;
+        for (int32_t slot = 0; slot < per_token; ++slot) {
+          const int32_t entry = compressed->entries[t * per_token + slot];
+          if (entry < 0) continue;
+          DSV41_CHECK(entry < compressed->cache->num_entries(), "entry %d of %d", entry,
+                      compressed->cache->num_entries());
+          keys.push_back(compressed->cache->Kv(entry).data());
+        }
       }
       SinkAttention(std::span<const float>(q).subspan(i * head_dim, head_dim), keys, attn_sink_[h],
                     attn_scale_, std::span<float>(o).subspan(i * head_dim, head_dim));

@@ -3,9 +3,11 @@
 // One layer's attention (model.md §7): the query path (§7.1), the layer's own SWA KV (§7.2), the
 // sparse attention with the per-head sink (§7.6), the inverse RoPE and the grouped low-rank
 // output projection (§7.7), with the bf16 rounding points of §12.5. One Attention object per
-// layer, built from the layer plan's role; this version implements the SWA-only role. The
-// compressed-entry paths of the other roles (compressor, publishing, indexer: §7.3–7.5) extend
-// the same object: they add keys to the per-token key list that SinkAttention consumes.
+// layer, built from the layer plan's role. Every role shares this part; a ratio > 0 layer also
+// attends the compressed entries its index source selected for each token (CompressedSelection):
+// the kv source's Compressor (compressor.h) fills the compressed cache and the indexer (§7.5, not
+// here yet) picks the entries. The key list of a token is its window rows in position order, then
+// its selected entries in ascending order (§7.6).
 
 #include <cstdint>
 #include <memory>
@@ -15,6 +17,7 @@
 
 #include "base/status.h"
 #include "kernels/linear.h"
+#include "model/compressor.h"
 #include "model/config.h"
 #include "model/layer_plan.h"
 #include "model/norm.h"
@@ -64,13 +67,23 @@ struct AttentionCache {
   SwaCache swa;
 };
 
+// The compressed entries each new token of a forward attends (model.md §7.6, §7.8 keys_c):
+// `entries` [num_tokens, per_token] holds entry ids of `cache` in ascending order, −1 for unused
+// slots (the goldens' indexer_topk layout). Views; valid for one Forward call.
+struct CompressedSelection {
+  const CompressedCache* cache = nullptr;
+  std::span<const int32_t> entries;
+  int32_t per_token = 0;
+};
+
 // The attention sublayer of one layer. Immutable after Create (weights are views into the
 // ModelWeights, which must outlive it); Forward is const and may run for different requests one
 // after another. Engine thread only (Forward uses `pool` for its parallel parts).
 class Attention {
  public:
   // The attention of backbone layer `layer` (weights `layers.<layer>.attn.*`), as its role in the
-  // plan says. Unimplemented for roles other than SWA-only (for now); errors name the tensor.
+  // plan says (its RoPE table; whether Forward needs a CompressedSelection). Errors name the
+  // tensor.
   static Result<std::unique_ptr<Attention>> Create(const ModelWeights& weights, int32_t layer);
 
   // The same from an explicit prefix (e.g. "layers.3.attn") and role (DSpark stages pass their
@@ -87,9 +100,10 @@ class Attention {
   // Runs the layer for `num_tokens` new tokens of one request at positions
   // cache.swa.num_positions() .. + num_tokens − 1 (prefill, a chunk or one decode step: model.md
   // §7.9). x: [num_tokens, hidden_size] attention input (bf16 values); out: [num_tokens,
-  // hidden_size] bf16 values. Appends the new window rows to `cache`. `pool` may be null.
+  // hidden_size] bf16 values. Appends the new window rows to `cache`. `compressed` must be given
+  // exactly when the role's ratio is > 0 (checked). `pool` may be null.
   void Forward(std::span<const float> x, int32_t num_tokens, AttentionCache& cache,
-               std::span<float> out, ThreadPool* pool) const;
+               const CompressedSelection* compressed, std::span<float> out, ThreadPool* pool) const;
 
  private:
   Attention(const ModelConfig& config, const LayerRole& role, std::string prefix);
