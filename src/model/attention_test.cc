@@ -197,6 +197,47 @@ TEST(SinkAttentionTest, SixtyFiveKeysSpanTwoBlocks) {
   EXPECT_EQ(out[1], Bf16Round(-65.0f / 66.0f));
 }
 
+TEST(SinkAttentionTest, ThreeBlocksAgreeWithTheExactSoftmaxToBf16Precision) {
+  // 150 keys (blocks of 64, 64, 22) whose scores rise in later blocks, so the running max and the
+  // rescaling α matter; compare with the softmax evaluated in double over all keys and the sink.
+  const int dim = 4;
+  std::vector<float> q = {0.5f, -0.25f, 1.0f, 0.125f};
+  std::vector<std::vector<float>> rows(150, std::vector<float>(dim));
+  for (int k = 0; k < 150; ++k) {
+    for (int d = 0; d < dim; ++d) {
+      rows[k][d] = Bf16Round(static_cast<float>(((k * 7 + d * 13) % 17) - 8) * 0.25f +
+                             (d == 2 ? 0.05f * static_cast<float>(k) : 0.0f));
+    }
+  }
+  std::vector<const float*> keys;
+  for (const auto& r : rows) keys.push_back(r.data());
+  const float sink = 2.0f;
+  const float scale = 0.7f;
+  std::vector<float> out(dim);
+  SinkAttention(q, keys, sink, scale, out);
+
+  std::vector<double> s(150);
+  double mx = sink;
+  for (int k = 0; k < 150; ++k) {
+    double dot = 0;
+    for (int d = 0; d < dim; ++d) dot += static_cast<double>(q[d]) * rows[k][d];
+    s[k] = dot * scale;
+    mx = std::max(mx, s[k]);
+  }
+  double den = std::exp(sink - mx);
+  std::vector<double> num(dim, 0.0);
+  for (int k = 0; k < 150; ++k) {
+    const double p = std::exp(s[k] - mx);
+    den += p;
+    for (int d = 0; d < dim; ++d) num[d] += p * rows[k][d];
+  }
+  for (int d = 0; d < dim; ++d) {
+    const double want = num[d] / den;
+    // bf16 output and bf16 probabilities: a few parts in 2^8.
+    EXPECT_NEAR(out[d], want, 0.02 * std::fabs(want) + 1e-3) << "dim " << d;
+  }
+}
+
 // ---- Golden SWA-only layers: attn_in -> attn_out, swa_kv ----------------------------------------
 
 const ModelWeights& LoadGolden(const std::string& config) {
