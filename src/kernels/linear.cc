@@ -71,26 +71,28 @@ inline constexpr int kMaxR = 4;  // 32 vector registers: 16 accumulators fit
 inline constexpr int kMaxR = 2;
 #endif
 
-// Where one weight row's 32-block lives and how to scale it. For tails (in % 32 != 0) `p` points
-// at a zero-padded copy.
-struct BlockRef {
-  const uint8_t* p = nullptr;
-  float f1 = 1.0f;  // the one-step factor
-  float f2 = 1.0f;  // the exact scale, for the two-step path
-};
+// 2^e as fp32 for a normal exponent (−126 <= e <= 127), by its bits.
+HWY_INLINE float Pow2(int e) {
+  const uint32_t bits = static_cast<uint32_t>(e + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
-// ---- per-format decoders: DecodePair(d, block, j) gives elements (j..j+N) and (16+j..16+j+N)
-// of the block in the order xp uses, as exact fp32 weights.
+// ---- per-format decoders. Scales<kO>(o0, kb, f1, f2) gives the block's factors for rows
+// o0..o0+kO and returns true when the block needs the exact two-step path;
+// DecodePair<kBig>(d, p, f1, f2, j, lo, hi) gives elements (j..j+N) and (16+j..16+j+N) of the
+// block at p, in the order xp uses, as exact fp32 weights.
 
 // FP8 e4m3 through IEEE binary16: fp16 bits = sign << 15 | (e4m3 & 0x7F) << 7 is the e4m3 value
 // times 2^-8 (normals and subnormals alike), which the F16C conversion widens exactly; the block
 // factor is then 2^(b−127+8). A scale byte above 246 would overflow that factor: such blocks take
-// the two-step path (×2^8, then ×2^(b−127)).
+// the two-step path (×2^8, then ×2^(b−127)). The 4 rows of a tile share one 32×32 tile scale.
 struct Fp8Decoder {
-  static constexpr int kBigByte = 246;
+  static constexpr int64_t kBlockBytes = kBlock;
   const uint8_t* weight;
+  int64_t row_bytes;
   const uint8_t* scale;
-  int64_t in;
   int64_t tiles_in;
 
   static HWY_INLINE VF Widen(DF d, const uint8_t* p) {
@@ -102,50 +104,48 @@ struct Fp8Decoder {
     return hn::PromoteTo(d, hn::BitCast(dh, bits));
   }
   template <bool kBig>
-  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
-    const VF a = Widen(d, b.p + j);
-    const VF c = Widen(d, b.p + 16 + j);
+  static HWY_INLINE void DecodePair(DF d, const uint8_t* p, float f1, float f2, size_t j, VF& lo,
+                                    VF& hi) {
+    const VF a = Widen(d, p + j);
+    const VF c = Widen(d, p + 16 + j);
     if constexpr (kBig) {
       const VF k256 = hn::Set(d, 256.0f);
-      const VF s = hn::Set(d, b.f2);
+      const VF s = hn::Set(d, f2);
       lo = hn::Mul(hn::Mul(a, k256), s);
       hi = hn::Mul(hn::Mul(c, k256), s);
     } else {
-      const VF f = hn::Set(d, b.f1);
+      const VF f = hn::Set(d, f1);
       lo = hn::Mul(a, f);
       hi = hn::Mul(c, f);
     }
   }
-  // Returns true when the block needs the two-step path.
-  HWY_INLINE bool Block(int64_t o, int64_t kb, uint8_t* tail, BlockRef& b) const {
-    const int64_t k0 = kb * kBlock;
-    const uint8_t* row = weight + o * in;
-    if (k0 + kBlock <= in) {
-      b.p = row + k0;
-    } else {
-      std::memset(tail, 0, kBlock);
-      std::memcpy(tail, row + k0, static_cast<size_t>(in - k0));
-      b.p = tail;
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
+    const uint8_t byte = scale[(o0 / kBlock) * tiles_in + kb];
+    const bool big = byte > 246;
+    const float one = big ? 0.0f : Pow2(byte - 127 + 8);
+    const float two = big ? F32FromE8m0(byte) : 0.0f;
+    for (int o = 0; o < kO; ++o) {
+      f1[o] = one;
+      f2[o] = two;
     }
-    const uint8_t byte = scale[(o / kBlock) * tiles_in + kb];
-    b.f2 = F32FromE8m0(byte);
-    if (byte > kBigByte) return true;
-    b.f1 = F32FromE8m0(static_cast<uint8_t>(byte + 8));  // 2^(b − 127 + 8)
-    return false;
+    return big;
   }
 };
 
 // MXFP4: 16 bytes hold the block's even elements (low nibbles) and odd ones (high nibbles).
 struct Mxfp4Decoder {
+  static constexpr int64_t kBlockBytes = kBlock / 2;
   const uint8_t* weight;
+  int64_t row_bytes;
   const uint8_t* scale;
-  int64_t in;
+  int64_t blocks_in;
 
 #if HWY_TARGET <= HWY_AVX3
-  // 16 lanes: the nibble indexes a 16-entry fp32 table (one permute).
-  static constexpr bool kTwoStep = false;
+  // 16 lanes: the nibble indexes a 16-entry fp32 table of e2m1 values times 2^(b−127).
   template <bool kBig>
-  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
+  static HWY_INLINE void DecodePair(DF d, const uint8_t* p, float f1, float /*f2*/, size_t j,
+                                    VF& lo, VF& hi) {
     static_assert(hn::MaxLanes(DF()) == 16);
     HWY_ALIGN static constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
                                                   4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
@@ -153,18 +153,27 @@ struct Mxfp4Decoder {
     const hn::Rebind<uint8_t, DF> d8;
     const hn::RebindToUnsigned<DF> du;
     const hn::RebindToSigned<DF> di;
-    const VF table = hn::Load(d, kE2m1);
-    const auto v = hn::PromoteTo(du, hn::LoadU(d8, b.p + j));
+    // The table times the block scale (exact: e2m1 values times a power of two), then looked up.
+    const VF table = hn::Mul(hn::Load(d, kE2m1), hn::Set(d, f1));
+    const auto v = hn::PromoteTo(du, hn::LoadU(d8, p + j));
     const auto nlo = hn::BitCast(di, hn::And(v, hn::Set(du, 0xFu)));
     const auto nhi = hn::BitCast(di, hn::ShiftRight<4>(v));
-    const VF s = hn::Set(d, b.f2);
-    lo = hn::Mul(hn::TableLookupLanes(table, hn::IndicesFromVec(d, nlo)), s);
-    hi = hn::Mul(hn::TableLookupLanes(table, hn::IndicesFromVec(d, nhi)), s);
+    lo = hn::TableLookupLanes(table, hn::IndicesFromVec(d, nlo));
+    hi = hn::TableLookupLanes(table, hn::IndicesFromVec(d, nhi));
+  }
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
+    for (int o = 0; o < kO; ++o) {
+      const uint8_t byte = scale[(o0 + o) * blocks_in + kb];
+      // Bytes 0 (a subnormal scale) and 255 (NaN) through the codec; the rest by their bits.
+      f1[o] = (byte == 0 || byte == 255) ? F32FromE8m0(byte) : Pow2(byte - 127);
+      f2[o] = 0.0f;
+    }
+    return false;
   }
 #else
   // Fewer lanes: e2m1 through binary16 as for FP8: bits = sign << 15 | magnitude << 9 is the
   // value times 2^-14; factor 2^(b−127+14), two-step above byte 240.
-  static constexpr bool kTwoStep = true;
   static HWY_INLINE VF Widen(DF d, hn::Vec<hn::Rebind<uint16_t, DF> > n) {
     const hn::Rebind<uint16_t, DF> d16;
     const hn::Rebind<hwy::float16_t, DF> dh;
@@ -173,39 +182,42 @@ struct Mxfp4Decoder {
     return hn::PromoteTo(d, hn::BitCast(dh, bits));
   }
   template <bool kBig>
-  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
+  static HWY_INLINE void DecodePair(DF d, const uint8_t* p, float f1, float f2, size_t j, VF& lo,
+                                    VF& hi) {
     const hn::Rebind<uint8_t, DF> d8;
     const hn::Rebind<uint16_t, DF> d16;
-    const auto v = hn::PromoteTo(d16, hn::LoadU(d8, b.p + j));
+    const auto v = hn::PromoteTo(d16, hn::LoadU(d8, p + j));
     const VF a = Widen(d, hn::And(v, hn::Set(d16, uint16_t{0xF})));
     const VF c = Widen(d, hn::ShiftRight<4>(v));
     if constexpr (kBig) {
       const VF k = hn::Set(d, 16384.0f);
-      const VF s = hn::Set(d, b.f2);
+      const VF s = hn::Set(d, f2);
       lo = hn::Mul(hn::Mul(a, k), s);
       hi = hn::Mul(hn::Mul(c, k), s);
     } else {
-      const VF f = hn::Set(d, b.f1);
+      const VF f = hn::Set(d, f1);
       lo = hn::Mul(a, f);
       hi = hn::Mul(c, f);
     }
   }
-#endif
-  HWY_INLINE bool Block(int64_t o, int64_t kb, uint8_t* /*tail*/, BlockRef& b) const {
-    b.p = weight + o * (in / 2) + kb * (kBlock / 2);
-    const uint8_t byte = scale[o * (in / kBlock) + kb];
-    b.f2 = F32FromE8m0(byte);
-    if constexpr (kTwoStep) {
-      if (byte > 240) return true;
-      b.f1 = F32FromE8m0(static_cast<uint8_t>(byte + 14));  // 2^(b − 127 + 14)
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
+    bool big = false;
+    for (int o = 0; o < kO; ++o) {
+      const uint8_t byte = scale[(o0 + o) * blocks_in + kb];
+      big |= byte > 240;
+      f1[o] = byte > 240 ? 0.0f : Pow2(byte - 127 + 14);
+      f2[o] = F32FromE8m0(byte);
     }
-    return false;
+    return big;
   }
+#endif
 };
 
 struct Bf16Decoder {
+  static constexpr int64_t kBlockBytes = 2 * kBlock;
   const uint8_t* weight;
-  int64_t in;
+  int64_t row_bytes;
 
   static HWY_INLINE VF Widen(DF d, const uint8_t* p) {
     const hn::Rebind<uint16_t, DF> d16;
@@ -214,43 +226,30 @@ struct Bf16Decoder {
     return hn::BitCast(d, hn::ShiftLeft<16>(v));
   }
   template <bool kBig>
-  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
-    lo = Widen(d, b.p + 2 * j);
-    hi = Widen(d, b.p + 2 * (16 + j));
+  static HWY_INLINE void DecodePair(DF d, const uint8_t* p, float, float, size_t j, VF& lo,
+                                    VF& hi) {
+    lo = Widen(d, p + 2 * j);
+    hi = Widen(d, p + 2 * (16 + j));
   }
-  HWY_INLINE bool Block(int64_t o, int64_t kb, uint8_t* tail, BlockRef& b) const {
-    const int64_t k0 = kb * kBlock;
-    const uint8_t* row = weight + 2 * o * in;
-    if (k0 + kBlock <= in) {
-      b.p = row + 2 * k0;
-    } else {
-      std::memset(tail, 0, 2 * kBlock);
-      std::memcpy(tail, row + 2 * k0, static_cast<size_t>(2 * (in - k0)));
-      b.p = tail;
-    }
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t, int64_t, float*, float*) const {
     return false;
   }
 };
 
 struct F32Decoder {
+  static constexpr int64_t kBlockBytes = 4 * kBlock;
   const uint8_t* weight;
-  int64_t in;
+  int64_t row_bytes;
 
   template <bool kBig>
-  static HWY_INLINE void DecodePair(DF d, const BlockRef& b, size_t j, VF& lo, VF& hi) {
-    lo = hn::LoadU(d, reinterpret_cast<const float*>(b.p) + j);
-    hi = hn::LoadU(d, reinterpret_cast<const float*>(b.p) + 16 + j);
+  static HWY_INLINE void DecodePair(DF d, const uint8_t* p, float, float, size_t j, VF& lo,
+                                    VF& hi) {
+    lo = hn::LoadU(d, reinterpret_cast<const float*>(p) + j);
+    hi = hn::LoadU(d, reinterpret_cast<const float*>(p) + 16 + j);
   }
-  HWY_INLINE bool Block(int64_t o, int64_t kb, uint8_t* tail, BlockRef& b) const {
-    const int64_t k0 = kb * kBlock;
-    const uint8_t* row = weight + 4 * o * in;
-    if (k0 + kBlock <= in) {
-      b.p = row + 4 * k0;
-    } else {
-      std::memset(tail, 0, 4 * kBlock);
-      std::memcpy(tail, row + 4 * k0, static_cast<size_t>(4 * (in - k0)));
-      b.p = tail;
-    }
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t, int64_t, float*, float*) const {
     return false;
   }
 };
@@ -260,20 +259,26 @@ template <int kO, int kR, class Decoder>
 HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_t r0) {
   const DF d;
   const size_t n = hn::Lanes(d);
+  const int64_t in = a.w->in;
+  const int64_t full_blocks = in / kBlock;
   const int64_t blocks = a.in_pad / kBlock;
   const int64_t out = a.w->out;
-  HWY_ALIGN uint8_t tails[kO][4 * kBlock];
+  const uint8_t* base[kO];
+  for (int o = 0; o < kO; ++o) base[o] = dec.weight + (o0 + o) * dec.row_bytes;
   VF acc[kO][kR];
   for (int o = 0; o < kO; ++o) {
     for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
   }
   const float* x0 = a.xp + r0 * a.in_pad;
-  auto body = [&](const BlockRef* refs, int64_t kb, auto big) HWY_ATTR {
+  auto body = [&](const uint8_t* const* p, const float* f1, const float* f2, int64_t kb,
+                  auto big) HWY_ATTR {
     constexpr bool kBig = decltype(big)::value;
     const float* xb = x0 + kb * kBlock;
     for (size_t j = 0; j < 16; j += n) {
       VF lo[kO], hi[kO];
-      for (int o = 0; o < kO; ++o) Decoder::template DecodePair<kBig>(d, refs[o], j, lo[o], hi[o]);
+      for (int o = 0; o < kO; ++o) {
+        Decoder::template DecodePair<kBig>(d, p[o], f1[o], f2[o], j, lo[o], hi[o]);
+      }
       for (int r = 0; r < kR; ++r) {
         const VF xl = hn::LoadU(d, xb + r * a.in_pad + j);
         const VF xh = hn::LoadU(d, xb + r * a.in_pad + 16 + j);
@@ -284,14 +289,24 @@ HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_
       }
     }
   };
+  HWY_ALIGN uint8_t tails[kO][Decoder::kBlockBytes];
   for (int64_t kb = 0; kb < blocks; ++kb) {
-    BlockRef refs[kO];
-    bool big = false;
-    for (int o = 0; o < kO; ++o) big |= dec.Block(o0 + o, kb, tails[o], refs[o]);
-    if (HWY_UNLIKELY(big)) {
-      body(refs, kb, std::true_type());
+    const uint8_t* p[kO];
+    if (HWY_LIKELY(kb < full_blocks)) {
+      for (int o = 0; o < kO; ++o) p[o] = base[o] + kb * Decoder::kBlockBytes;
+    } else {  // the zero-padded partial last block (in % 32 != 0; never MXFP4)
+      const int64_t tail_bytes = (in - kb * kBlock) * Decoder::kBlockBytes / kBlock;
+      for (int o = 0; o < kO; ++o) {
+        std::memset(tails[o], 0, Decoder::kBlockBytes);
+        std::memcpy(tails[o], base[o] + kb * Decoder::kBlockBytes, static_cast<size_t>(tail_bytes));
+        p[o] = tails[o];
+      }
+    }
+    float f1[kO], f2[kO];
+    if (HWY_UNLIKELY(dec.template Scales<kO>(o0, kb, f1, f2))) {
+      body(p, f1, f2, kb, std::true_type());
     } else {
-      body(refs, kb, std::false_type());
+      body(p, f1, f2, kb, std::false_type());
     }
   }
   for (int o = 0; o < kO; ++o) {
@@ -321,16 +336,16 @@ void LinearRowsSimd(const LinearArgs& a) {
   const auto* scale = reinterpret_cast<const uint8_t*>(w.scale.data());
   switch (w.format) {
     case WeightFormat::kBf16:
-      RunRows(Bf16Decoder{weight, w.in}, a);
+      RunRows(Bf16Decoder{weight, 2 * w.in}, a);
       break;
     case WeightFormat::kF32:
-      RunRows(F32Decoder{weight, w.in}, a);
+      RunRows(F32Decoder{weight, 4 * w.in}, a);
       break;
     case WeightFormat::kFp8Block:
-      RunRows(Fp8Decoder{weight, scale, w.in, NumTiles(w.in)}, a);
+      RunRows(Fp8Decoder{weight, w.in, scale, NumTiles(w.in)}, a);
       break;
     case WeightFormat::kMxfp4:
-      RunRows(Mxfp4Decoder{weight, scale, w.in}, a);
+      RunRows(Mxfp4Decoder{weight, w.in / 2, scale, w.in / kBlock}, a);
       break;
   }
 }
