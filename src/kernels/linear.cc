@@ -330,6 +330,47 @@ void RunRows(const Decoder& dec, const LinearArgs& a) {
   for (; o < a.o_end; ++o) RowTile<1>(dec, a, o);
 }
 
+// model.md §12.3 in place on rows of `stride` floats (zero-padded to a multiple of 32): per block
+// of 32, s = Pow2Ceil(max(amax, 1e-4) · fp32(1/448)), y = clamp(x · (1/s), ±448) (exact: s is a
+// power of two), value = e4m3(y) · s. The e4m3 RNE rounding without codes: for |y| >= 2^-6 round
+// the fp32 bits to 3 mantissa bits (ties to even, carries into the exponent); below, where e4m3
+// is subnormal with spacing 2^-9, (|y| + 2^14) − 2^14 rounds to that spacing (the ulp at 2^14 is
+// 2^-9). Equal bit for bit to QuantizeActivationFq8B32 + DequantizeActivationFq8B32 (tested).
+void QuantizeActivationsSimd(float* xp, int64_t rows, int64_t stride) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const size_t n = hn::Lanes(d);
+  const VF kMax = hn::Set(d, kE4m3Max);
+  const VF kSubnormalLimit = hn::Set(d, 0x1p-6f);
+  const VF kMagic = hn::Set(d, 0x1p14f);
+  const auto kHalfUlp = hn::Set(du, 0x7FFFFu);
+  const auto kKeep = hn::Set(du, 0xFFF00000u);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < stride; b += kBlock) {
+      float* block = xp + r * stride + b;
+      VF amax_v = hn::Zero(d);
+      for (size_t j = 0; j < static_cast<size_t>(kBlock); j += n) {
+        amax_v = hn::Max(amax_v, hn::Abs(hn::LoadU(d, block + j)));
+      }
+      const float amax = std::max(hn::GetLane(hn::MaxOfLanes(d, amax_v)), 1e-4f);
+      const float scale = Pow2Ceil(amax * (1.0f / 448.0f));
+      const VF s = hn::Set(d, scale);
+      const VF inv_s = hn::Set(d, 1.0f / scale);  // exact: a power of two
+      for (size_t j = 0; j < static_cast<size_t>(kBlock); j += n) {
+        const VF x = hn::LoadU(d, block + j);
+        const VF y = hn::Min(hn::Max(hn::Mul(x, inv_s), hn::Neg(kMax)), kMax);
+        const auto bits = hn::BitCast(du, y);
+        const auto odd = hn::And(hn::ShiftRight<20>(bits), hn::Set(du, 1u));
+        const VF normal = hn::BitCast(d, hn::And(hn::Add(bits, hn::Add(kHalfUlp, odd)), kKeep));
+        const VF a = hn::Abs(y);
+        const VF sub = hn::CopySignToAbs(hn::Sub(hn::Add(a, kMagic), kMagic), y);
+        const VF q = hn::IfThenElse(hn::Lt(a, kSubnormalLimit), sub, normal);
+        hn::StoreU(hn::Mul(q, s), d, block + j);
+      }
+    }
+  }
+}
+
 void LinearRowsSimd(const LinearArgs& a) {
   const LinearWeight& w = *a.w;
   const auto* weight = reinterpret_cast<const uint8_t*>(w.weight.data());
@@ -356,6 +397,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace dsv41 {
 HWY_EXPORT(LinearRowsSimd);
+HWY_EXPORT(QuantizeActivationsSimd);
 
 namespace {
 
@@ -486,7 +528,10 @@ void Linear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::
   const int64_t in_pad = NumTiles(w.in) * kBlock;
   thread_local std::vector<float> xp;
   xp.resize(rows * in_pad);
-  PrepareActivations(x, rows, w.in, in_pad, options.quantize_activations, xp);
+  PrepareActivations(x, rows, w.in, in_pad, /*quantize=*/false, xp);
+  if (options.quantize_activations && w.in > 0) {
+    HWY_DYNAMIC_DISPATCH(QuantizeActivationsSimd)(xp.data(), rows, in_pad);
+  }
   if (w.format == WeightFormat::kMxfp4) DeinterleaveBlocks(xp);
 
   LinearArgs args;
