@@ -79,6 +79,13 @@ MhcMix ComputeMix(std::span<const float> x, const MhcWeights& weights, const Mhc
 // then column normalisation, each dividing by (seq sum + eps). iters >= 1.
 void SinkhornNormalize(std::span<float> c, int32_t n, int32_t iters, float eps);
 
+// fp32(Σ_d fn[d]·x[d]) with the products and the sum exact and one rounding: the value of
+// ExactDot (model.md §4.2 step 3) over fn given as fp32 little-endian bytes (fn.size() ==
+// 4·x.size()). When every x[d] is a bf16 value (the streams always are) the products, which then
+// have at most 32 significant bits, are summed exactly in double per product exponent and only the
+// per-exponent sums go through the exact accumulator; otherwise every product does.
+float MixDot(std::span<const std::byte> fn, std::span<const float> x);
+
 // hc_pre (model.md §4.3): out[d] = bf16(((pi[0]·x[0][d] + pi[1]·x[1][d]) + ...) ) — fp32
 // products summed sequentially in stream order, one bf16 rounding. x [pi.size(), out.size()].
 void HcPre(std::span<const float> x, std::span<const float> pi, std::span<float> out);

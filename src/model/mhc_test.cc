@@ -2,13 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "model/norm.h"
+#include "numerics/arith.h"
 #include "numerics/codecs.h"
 
 namespace dsv41 {
@@ -182,6 +186,52 @@ TEST(SinkhornTest, ManyIterationsGiveDoublyStochastic) {
     EXPECT_NEAR(row, 1.0, 1e-5) << "row " << i;
     EXPECT_NEAR(col, 1.0, 1e-6) << "column " << i;
   }
+}
+
+// MixDot is ExactDot (numerics/arith.h) on fp32 weight bytes: compare on random rows whose
+// products span wide exponent ranges and cancel, on rows that leave its binned path (non-bf16
+// inputs, tiny and huge products, all-zero products) and on hand cases.
+TEST(MixDotTest, EqualsExactDot) {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-40, 40);
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t n = 1 + trial % 97;
+    std::vector<float> fn(n), x(n);
+    const int spread = trial % 3 == 0 ? 0 : (trial % 3 == 1 ? 8 : 60);
+    for (size_t d = 0; d < n; ++d) {
+      const int e = spread == 0 ? 0 : exponent(rng) % (spread + 1);
+      fn[d] = std::ldexp(mantissa(rng), e);
+      x[d] = Bf16Round(std::ldexp(mantissa(rng), -e));
+    }
+    if (trial % 5 == 0) {  // exact cancellation inside one exponent bin
+      fn[0] = 0.75f;
+      x[0] = 1.0f;
+      fn[n - 1] = -0.75f;
+      x[n - 1] = n > 1 ? 1.0f : x[n - 1];
+    }
+    if (trial % 7 == 0) x[n / 2] = 0.1f;                        // not a bf16 value
+    if (trial % 11 == 0) x[n / 2] = std::ldexp(1.0f, -120);     // product below 2^-100
+    if (trial % 13 == 0) fn[n / 2] = std::ldexp(1.0f, 110);     // product above 2^100
+    if (trial % 17 == 0) std::fill(x.begin(), x.end(), -0.0f);  // all-zero products
+    const float want = ExactDot(fn, x);
+    const float got = MixDot(F32Bytes(fn), x);
+    EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+        << "trial " << trial << ": " << got << " vs " << want;
+  }
+}
+
+TEST(MixDotTest, SumsExactlyBeforeTheOneRounding) {
+  // 2^30 + 1 − 2^30 = 1 exactly (a sequential fp32 sum gives 0); 1 + 2^-30 rounds to 1 once.
+  const std::vector<float> fn = {1.0f, 1.0f, -1.0f};
+  EXPECT_EQ(
+      MixDot(F32Bytes(fn), std::vector<float>{std::ldexp(1.0f, 30), 1.0f, std::ldexp(1.0f, 30)}),
+      1.0f);
+  EXPECT_EQ(MixDot(F32Bytes({1.0f, 1.0f}), std::vector<float>{1.0f, std::ldexp(1.0f, -30)}), 1.0f);
+  // 1 + 2^-24 + 2^-24 = 1 + 2^-23 exactly: one rounding keeps it (two would lose both halves).
+  EXPECT_EQ(MixDot(F32Bytes({1.0f, 1.0f, 1.0f}),
+                   std::vector<float>{1.0f, std::ldexp(1.0f, -24), std::ldexp(1.0f, -24)}),
+            1.0f + std::ldexp(1.0f, -23));
 }
 
 TEST(ComputeMixTest, ZeroWeightsGiveSigmoidOfBase) {
