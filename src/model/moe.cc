@@ -1,7 +1,6 @@
 #include "model/moe.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>

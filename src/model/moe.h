@@ -57,8 +57,8 @@ struct MoeOptions {
 // (`ffn.gate`), routed experts (`ffn.experts.{e}.w{1,2,3}`) and the shared expert
 // (`ffn.shared_experts.w{1,2,3}`), each weight a view in its stored format. DSpark stages use
 // dspark_n_routed_experts / dspark_num_experts_per_tok. Move-only views into the ModelWeights it
-// was loaded from, which must outlive it. Thread-safe to call Forward concurrently (it keeps no
-// state), though each call uses `pool` for its products.
+// was loaded from, which must outlive it. Forward keeps no state: concurrent calls are safe when
+// they use different pools (a ThreadPool runs one ParallelFor at a time).
 class Moe {
  public:
   // Reads and checks the layer's weights (errors name the tensor).

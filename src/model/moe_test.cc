@@ -91,6 +91,23 @@ TEST(RouteTokenTest, SingleExpertIsNotNormalised) {
   EXPECT_EQ(weights[0], RefScore(2.0) * 1.5f);
 }
 
+TEST(RouteTokenTest, GateTempDividesLogitsAndSigmoidScores) {
+  RouterOptions options = Options(2);
+  options.scoring_func = ScoringFunc::kSigmoid;
+  options.gate_temp = 2.0f;
+  options.norm_topk_prob = false;
+  options.routed_scaling_factor = 1.0f;
+  const std::vector<float> logits = {1.0f, -4.0f, 3.0f};
+  const std::vector<float> bias(3, 0.0f);
+  std::vector<int32_t> experts(2);
+  std::vector<float> weights(2);
+  RouteToken(logits, bias, options, experts, weights);
+  ASSERT_EQ(experts, (std::vector<int32_t>{2, 0}));
+  // sigmoid(3 / 2) and sigmoid(1 / 2), un-normalised, scale 1: 1 / (1 + fp32(e^-z)).
+  EXPECT_EQ(weights[0], 1.0f / (1.0f + static_cast<float>(std::exp(-1.5))));
+  EXPECT_EQ(weights[1], 1.0f / (1.0f + static_cast<float>(std::exp(-0.5))));
+}
+
 TEST(SwigluActivationTest, ClampsUpBothSidesAndGateFromAbove) {
   // g = 12 -> 10, u = 20 -> 10.
   EXPECT_EQ(SwigluActivation(12.0f, 20.0f, 10.0f, 1.0f), Silu(10.0f) * 10.0f);
@@ -207,6 +224,9 @@ TEST(MoeTest, ImageTokensSelectWithBiasVl) {
   RouteToken(logits, bias, Options(2), experts, wgt);
   EXPECT_EQ(routing.experts[2], experts[0]);
   EXPECT_EQ(routing.experts[3], experts[1]);
+  // The fixture's biases differ enough that the text copy routes elsewhere: using `bias` for the
+  // image token would fail the checks above.
+  EXPECT_TRUE(routing.experts[0] != routing.experts[2] || routing.experts[1] != routing.experts[3]);
 }
 
 // ---- Goldens: MoE(ffn_in[L]) against ffn_out[L], layer by layer --------------------------------
