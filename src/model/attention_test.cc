@@ -238,6 +238,31 @@ TEST(SinkAttentionTest, ThreeBlocksAgreeWithTheExactSoftmaxToBf16Precision) {
   }
 }
 
+TEST(SinkAttentionTest, ScoresAreExactDotProducts) {
+  // q·k = 2^60 + 1 − 2^60 = 1 exactly; a double running sum would lose the 1 and give 0.
+  // s = 1, one key: den = 1 + exp(sink − s) = 1 + e^-1, out = bf16(k / den).
+  std::vector<float> q = {1.0f, 1.0f, 1.0f};
+  std::vector<float> k = {0x1p60f, 1.0f, -0x1p60f};
+  const float* keys[] = {k.data()};
+  std::vector<float> out(3);
+  SinkAttention(q, keys, /*sink=*/0.0f, /*scale=*/1.0f, out);
+  const float den = 1.0f + 0.36787944f;
+  EXPECT_EQ(out[1], Bf16Round(1.0f / den));
+}
+
+TEST(SinkAttentionTest, TheValueProductIsAnExactSum) {
+  // Three keys with equal scores: Σ p·k over dim 0 = 2^60 + 1 − 2^60 = 1 exactly (sequential
+  // double would give 0); den = 3 + e^-100 → 3.
+  std::vector<float> q = {0.0f};
+  std::vector<float> k0 = {0x1p60f};
+  std::vector<float> k1 = {1.0f};
+  std::vector<float> k2 = {-0x1p60f};
+  const float* keys[] = {k0.data(), k1.data(), k2.data()};
+  std::vector<float> out(1);
+  SinkAttention(q, keys, -100.0f, 1.0f, out);
+  EXPECT_EQ(out[0], Bf16Round(1.0f / 3.0f));
+}
+
 // ---- Golden SWA-only layers: attn_in -> attn_out, swa_kv ----------------------------------------
 
 const ModelWeights& LoadGolden(const std::string& config) {
