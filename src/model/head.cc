@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/check.h"
+#include "model/linear_weight.h"
 #include "model/weights.h"
 #include "numerics/codecs.h"
 
@@ -33,9 +34,13 @@ Result<HeadWeights> GetHeadWeights(const ModelWeights& weights) {
                          GetBf16Matrix(weights, "embed.weight", head.vocab_size, head.hidden_size));
   head.embed = embed.bytes;
   DSV41_ASSIGN_OR_RETURN(head.norm, GetNormWeight(weights, "norm.weight", head.hidden_size));
-  DSV41_ASSIGN_OR_RETURN(TensorView out,
-                         GetBf16Matrix(weights, "head.weight", head.vocab_size, head.hidden_size));
-  head.head = LinearWeight{WeightFormat::kBf16, head.vocab_size, head.hidden_size, out.bytes, {}};
+  DSV41_ASSIGN_OR_RETURN(head.head, GetLinear(weights, "head"));
+  if (head.head.out != head.vocab_size || head.head.in != head.hidden_size) {
+    return InvalidArgumentError(
+        "'head.weight': want [%lld, %lld], got [%lld, %lld]",
+        static_cast<long long>(head.vocab_size), static_cast<long long>(head.hidden_size),
+        static_cast<long long>(head.head.out), static_cast<long long>(head.head.in));
+  }
   return head;
 }
 
@@ -83,7 +88,7 @@ void HeadLogits(const HeadWeights& weights, std::span<const float> hidden, int64
                   logits.size() == static_cast<size_t>(rows * weights.vocab_size),
               "HeadLogits: %lld rows, hidden %zu, logits %zu", static_cast<long long>(rows),
               hidden.size(), logits.size());
-  Linear(weights.head, hidden, rows, logits, LinearOptions{.quantize_activations = false}, pool);
+  Linear(weights.head, hidden, rows, logits, LinearOptionsFor(weights.head), pool);
 }
 
 }  // namespace dsv41

@@ -21,7 +21,7 @@ class ThreadPool;
 struct HeadWeights {
   std::span<const std::byte> embed;  // bf16 [vocab, hidden]
   NormWeight norm;                   // bf16 [hidden]
-  LinearWeight head;                 // kBf16 [vocab, hidden]; run in fp32 (model.md §12.4)
+  LinearWeight head;                 // [vocab, hidden] via GetLinear; BF16 in the release
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
 };
@@ -40,9 +40,9 @@ Status EmbedTokens(const HeadWeights& weights, std::span<const int32_t> token_id
 void FinalHidden(const HeadWeights& weights, const MhcDims& dims, std::span<const float> streams,
                  std::span<const float> pre, int64_t rows, std::span<float> hidden);
 
-// logits [rows, vocab] = head · hidden[row] in fp32 (bf16 weight upcast, fp32 input, no activation
-// quantisation; the GEMM accumulation order is the kernel's, model.md §12.8 item 1). pool may be
-// null.
+// logits [rows, vocab] = head · hidden[row] in fp32 (model.md §12.4: the bf16 weight upcast, fp32
+// input, no activation quantisation; a quantised head of an unknown checkpoint would quantise it,
+// by §12.4's rule). The GEMM accumulation order is the kernel's (§12.8 item 1). pool may be null.
 void HeadLogits(const HeadWeights& weights, std::span<const float> hidden, int64_t rows,
                 std::span<float> logits, ThreadPool* pool);
 

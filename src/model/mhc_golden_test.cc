@@ -13,6 +13,7 @@
 
 #include "base/npy.h"
 #include "base/thread_pool.h"
+#include "kernels/linear.h"
 #include "model/head.h"
 #include "model/mhc.h"
 #include "model/norm.h"
@@ -171,8 +172,15 @@ TEST_P(MhcGoldenTest, RebuildsStreamsNormsPreMixesAndLogits) {
   std::vector<float> engine_logits(num_tokens * vocab);
   ThreadPool pool(2);
   HeadLogits(*head, hidden, num_tokens, engine_logits, &pool);
+  // The scalar reference product (double accumulation) beside the kernel's fast order.
+  std::vector<float> ref_logits(num_tokens * vocab);
+  LinearRef(head->head, hidden, num_tokens, ref_logits, LinearOptions{});
+  Tally t_ref_logits{"logits (ref)"};
   for (int64_t t = 0; t < num_tokens; ++t) {
     const bool stable = stability[t] <= 1e-4f;
+    for (int64_t v = 0; v < vocab; ++v) {
+      t_ref_logits.Add(ref_logits[t * vocab + v], logits[t * vocab + v], stable);
+    }
     for (int64_t d = 0; d < dim; ++d) {
       t_hidden.Add(hidden[t * dim + d], final_hidden[t * dim + d], stable);
     }
@@ -183,7 +191,8 @@ TEST_P(MhcGoldenTest, RebuildsStreamsNormsPreMixesAndLogits) {
 
   std::printf("%s/%s: %lld tokens, %lld layers\n", c.config, c.prompt,
               static_cast<long long>(num_tokens), static_cast<long long>(num_layers));
-  for (const Tally* tally : {&t_attn_in, &t_ffn_in, &t_pre, &t_streams, &t_hidden, &t_logits}) {
+  for (const Tally* tally :
+       {&t_attn_in, &t_ffn_in, &t_pre, &t_streams, &t_hidden, &t_logits, &t_ref_logits}) {
     tally->Report();
     EXPECT_EQ(tally->stable_over_tolerance, 0) << tally->what << ": max " << tally->max_stable_diff;
   }

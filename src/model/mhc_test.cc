@@ -9,8 +9,10 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "model/head.h"
 #include "model/norm.h"
 #include "numerics/arith.h"
 #include "numerics/codecs.h"
@@ -272,6 +274,34 @@ TEST(ComputeMixTest, MultipliesTheExactDotByRho) {
   const float sig = 1.0f / (1.0f + e);
   EXPECT_EQ(mix.pre[0], sig + 1e-6f);
   EXPECT_EQ(mix.pre[1], 0.5f + 1e-6f);
+}
+
+TEST(EmbedTokensTest, CopiesTheRowIntoEveryStream) {
+  HeadWeights head;
+  const std::vector<std::byte> embed = Bf16Bytes({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f});
+  head.embed = embed;
+  head.vocab_size = 3;
+  head.hidden_size = 2;
+  const std::vector<int32_t> ids = {2, 0};
+  std::vector<float> streams(2 * 2 * 2);
+  ASSERT_TRUE(EmbedTokens(head, ids, 2, streams).ok());
+  EXPECT_EQ(streams, (std::vector<float>{5.0f, 6.0f, 5.0f, 6.0f, 1.0f, 2.0f, 1.0f, 2.0f}));
+}
+
+TEST(EmbedTokensTest, RejectsTokenOutsideVocabularyNamingIt) {
+  HeadWeights head;
+  const std::vector<std::byte> embed = Bf16Bytes({1.0f, 2.0f, 3.0f, 4.0f});
+  head.embed = embed;
+  head.vocab_size = 2;
+  head.hidden_size = 2;
+  std::vector<float> streams(2 * 4 * 2);
+  for (const int32_t bad : {2, -1}) {
+    const std::vector<int32_t> ids = {1, bad};
+    const Status status = EmbedTokens(head, ids, 4, streams);
+    EXPECT_FALSE(status.ok());
+    EXPECT_NE(status.ToString().find("token 1: id " + std::to_string(bad)), std::string::npos)
+        << status.ToString();
+  }
 }
 
 }  // namespace
