@@ -4,8 +4,10 @@
 #include <bit>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "base/check.h"
+#include "base/thread_pool.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -153,20 +155,15 @@ void SinkhornNormalize(std::span<float> c, int32_t n, int32_t iters, float eps) 
   }
 }
 
-MhcMix ComputeMix(std::span<const float> x, const MhcWeights& weights, const MhcDims& dims) {
+namespace {
+
+// Steps 2–9 of model.md §4.2 from the raw dot products fn[r]·x (dots [mix_rows]) and x.
+MhcMix FinishMix(std::span<const float> x, std::span<const float> dots, const MhcWeights& weights,
+                 const MhcDims& dims) {
   const int32_t hc = dims.hc_mult;
-  const size_t width = static_cast<size_t>(dims.stream_values());
-  const int32_t rows = dims.mix_rows();
-  DSV41_CHECK(x.size() == width && weights.fn.size() == rows * width * sizeof(float) &&
-                  weights.base.size() == rows * sizeof(float) &&
-                  weights.scale.size() == 3 * sizeof(float),
-              "ComputeMix: x %zu values, want %zu", x.size(), width);
   const float rho = CrRsqrt(ExactMeanSquare(x) + dims.norm_eps);
   std::array<float, (2 + kMaxHcMult) * kMaxHcMult> m{};
-  for (int32_t r = 0; r < rows; ++r) {
-    // §4.2 step 3: the dot product accumulated exactly, rounded once, then multiplied by ρ.
-    m[r] = MixDot(weights.fn.subspan(r * width * sizeof(float), width * sizeof(float)), x) * rho;
-  }
+  for (int32_t r = 0; r < dims.mix_rows(); ++r) m[r] = dots[r] * rho;  // ρ after the dot (§4.2)
   const float scale_pre = LoadF32(weights.scale, 0);
   const float scale_post = LoadF32(weights.scale, 1);
   const float scale_comb = LoadF32(weights.scale, 2);
@@ -184,6 +181,77 @@ MhcMix ComputeMix(std::span<const float> x, const MhcWeights& weights, const Mhc
   SinkhornNormalize(std::span<float>(mix.comb.data(), static_cast<size_t>(hc) * hc), hc,
                     dims.sinkhorn_iters, dims.hc_eps);
   return mix;
+}
+
+void CheckMixShapes(size_t x_size, const MhcWeights& weights, const MhcDims& dims) {
+  const size_t width = static_cast<size_t>(dims.stream_values());
+  const size_t rows = static_cast<size_t>(dims.mix_rows());
+  DSV41_CHECK(
+      dims.hc_mult >= 1 && dims.hc_mult <= kMaxHcMult && x_size == width &&
+          weights.fn.size() == rows * width * sizeof(float) &&
+          weights.base.size() == rows * sizeof(float) && weights.scale.size() == 3 * sizeof(float),
+      "mHC mix: %zu stream values, want %zu; fn %zu bytes", x_size, width, weights.fn.size());
+}
+
+}  // namespace
+
+MhcMix ComputeMix(std::span<const float> x, const MhcWeights& weights, const MhcDims& dims) {
+  CheckMixShapes(x.size(), weights, dims);
+  const size_t width = x.size();
+  std::array<float, (2 + kMaxHcMult) * kMaxHcMult> dots{};
+  for (int32_t r = 0; r < dims.mix_rows(); ++r) {
+    // §4.2 step 3: the dot product accumulated exactly and rounded once.
+    dots[r] = MixDot(weights.fn.subspan(r * width * sizeof(float), width * sizeof(float)), x);
+  }
+  return FinishMix(x, std::span<const float>(dots.data(), dims.mix_rows()), weights, dims);
+}
+
+void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeights& weights,
+                    const MhcDims& dims, std::span<MhcMix> mixes, ThreadPool* pool) {
+  const size_t width = static_cast<size_t>(dims.stream_values());
+  const int64_t mix_rows = dims.mix_rows();
+  DSV41_CHECK(
+      rows >= 0 && streams.size() == rows * width && mixes.size() == static_cast<size_t>(rows),
+      "ComputeMixRows: %lld rows, %zu stream values, %zu mixes", static_cast<long long>(rows),
+      streams.size(), mixes.size());
+  if (rows == 0) return;
+  CheckMixShapes(width, weights, dims);
+  std::vector<float> dots(rows * mix_rows);
+  const auto dot_items = [&](int64_t begin, int64_t end, int) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / mix_rows;
+      const int64_t r = item % mix_rows;
+      dots[item] = MixDot(weights.fn.subspan(r * width * sizeof(float), width * sizeof(float)),
+                          streams.subspan(t * width, width));
+    }
+  };
+  const auto finish = [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      mixes[t] = FinishMix(streams.subspan(t * width, width),
+                           std::span<const float>(&dots[t * mix_rows], mix_rows), weights, dims);
+    }
+  };
+  if (pool == nullptr) {
+    dot_items(0, rows * mix_rows, 0);
+    finish(0, rows, 0);
+  } else {
+    pool->ParallelFor(rows * mix_rows, 1, dot_items);
+    pool->ParallelFor(rows, 1, finish);
+  }
+}
+
+void HcPreRows(std::span<const float> x, std::span<const float> pre, int64_t rows,
+               std::span<float> out) {
+  DSV41_CHECK(rows >= 0, "HcPreRows: %lld rows", static_cast<long long>(rows));
+  if (rows == 0) return;
+  DSV41_CHECK(pre.size() % rows == 0 && out.size() % rows == 0, "HcPreRows: pre %zu, out %zu",
+              pre.size(), out.size());
+  const size_t hc = pre.size() / rows;
+  const size_t dim = out.size() / rows;
+  DSV41_CHECK(x.size() == rows * hc * dim, "HcPreRows: %zu stream values", x.size());
+  for (int64_t t = 0; t < rows; ++t) {
+    HcPre(x.subspan(t * hc * dim, hc * dim), pre.subspan(t * hc, hc), out.subspan(t * dim, dim));
+  }
 }
 
 void HcPre(std::span<const float> x, std::span<const float> pi, std::span<float> out) {

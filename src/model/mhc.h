@@ -23,6 +23,7 @@
 namespace dsv41 {
 
 class ModelWeights;
+class ThreadPool;
 struct ModelConfig;
 
 // The largest hc_mult these fixed-size coefficient arrays hold (the release uses 4).
@@ -74,6 +75,12 @@ MhcMix InitialPreMix(int32_t hc_mult);
 // ExactDot(fn[r], x)·ρ; pre/post by sigmoid; C by row softmax and Sinkhorn (SinkhornNormalize).
 MhcMix ComputeMix(std::span<const float> x, const MhcWeights& weights, const MhcDims& dims);
 
+// ComputeMix for each of `rows` tokens: streams [rows, hc_mult·hidden_size] → mixes [rows]. The
+// rows × mix_rows dot products are spread over `pool` (may be null); every value is computed as
+// ComputeMix does, so any thread count gives the same bits.
+void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeights& weights,
+                    const MhcDims& dims, std::span<MhcMix> mixes, ThreadPool* pool);
+
 // Steps 7–9 of model.md §4.2 on c [n, n] (row-major, the affine logits on input): row softmax
 // (exp of c − row max, seq-sum denominator) + eps, column normalise, then iters − 1 rounds of row
 // then column normalisation, each dividing by (seq sum + eps). iters >= 1.
@@ -85,6 +92,11 @@ void SinkhornNormalize(std::span<float> c, int32_t n, int32_t iters, float eps);
 // have at most 32 significant bits, are summed exactly in double per product exponent and only the
 // per-exponent sums go through the exact accumulator; otherwise every product does.
 float MixDot(std::span<const std::byte> fn, std::span<const float> x);
+
+// HcPre of each of `rows` tokens with its own weights pre [rows, hc_mult] (the incoming pi or an
+// MhcMix's pre): x [rows, hc_mult·dim] → out [rows, dim].
+void HcPreRows(std::span<const float> x, std::span<const float> pre, int64_t rows,
+               std::span<float> out);
 
 // hc_pre (model.md §4.3): out[d] = bf16(((pi[0]·x[0][d] + pi[1]·x[1][d]) + ...) ) — fp32
 // products summed sequentially in stream order, one bf16 rounding. x [pi.size(), out.size()].

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -200,6 +201,46 @@ TEST_P(MhcGoldenTest, RebuildsStreamsNormsPreMixesAndLogits) {
   // is bit-exact at every position, stable or not; only the logits may carry GEMM-order noise.
   for (const Tally* tally : {&t_attn_in, &t_ffn_in, &t_pre, &t_streams, &t_hidden}) {
     EXPECT_EQ(tally->exact, tally->values) << tally->what << ": max diff " << tally->max_diff;
+  }
+}
+
+TEST(MhcRowsTest, AnyThreadCountGivesComputeMixBits) {
+  Result<ModelWeights> weights = ModelWeights::Load(kGoldens + "checkpoints/tiny-a");
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  Result<NpyArray> streams_npy = ReadNpy(kGoldens + "cases/tiny-a/mix40/streams_out.npy");
+  ASSERT_TRUE(streams_npy.ok()) << streams_npy.status().ToString();
+  const std::vector<float> all = streams_npy->ToFloat();
+  const MhcDims dims = MhcDimsFromConfig(weights->config());
+  const int64_t rows = streams_npy->shape[1];
+  const int64_t width = dims.stream_values();
+  const std::span<const float> streams(&all[3 * rows * width], rows * width);  // layer 3's output
+  Result<MhcWeights> site = GetMhcWeights(*weights, "layers.4.hc_attn", dims);
+  ASSERT_TRUE(site.ok()) << site.status().ToString();
+
+  std::vector<MhcMix> serial(rows), threaded(rows);
+  ComputeMixRows(streams, rows, *site, dims, serial, nullptr);
+  ThreadPool pool(3);
+  ComputeMixRows(streams, rows, *site, dims, threaded, &pool);
+  for (int64_t t = 0; t < rows; ++t) {
+    const MhcMix one = ComputeMix(streams.subspan(t * width, width), *site, dims);
+    for (const MhcMix* mix : {&serial[t], &threaded[t]}) {
+      EXPECT_EQ(mix->hc_mult, one.hc_mult);
+      EXPECT_EQ(mix->pre, one.pre) << "token " << t;
+      EXPECT_EQ(mix->post, one.post) << "token " << t;
+      EXPECT_EQ(mix->comb, one.comb) << "token " << t;
+    }
+  }
+  // HcPreRows with per-token weights equals HcPre token by token.
+  std::vector<float> pre(rows * dims.hc_mult), rows_out(rows * dims.hidden_size);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int32_t k = 0; k < dims.hc_mult; ++k) pre[t * dims.hc_mult + k] = serial[t].pre[k];
+  }
+  HcPreRows(streams, pre, rows, rows_out);
+  std::vector<float> one_out(dims.hidden_size);
+  for (int64_t t = 0; t < rows; ++t) {
+    HcPre(streams.subspan(t * width, width), serial[t].pre_span(), one_out);
+    EXPECT_TRUE(std::equal(one_out.begin(), one_out.end(), &rows_out[t * dims.hidden_size]))
+        << "token " << t;
   }
 }
 
