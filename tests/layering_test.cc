@@ -1,0 +1,92 @@
+// Code-shape rules of STYLE.md that a compiler does not check:
+// - §1: a layer folder includes only its own layer and the layers below it (docs/layers.md);
+// - §8: model/, kernels/ and engram/ code (not their tests) uses numerics/arith.h for elementary
+//   functions, never the C library's (model.md §12.8 fixes their rounding).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace dsv41 {
+namespace {
+
+const std::filesystem::path kSrc = std::filesystem::path(DSV41_SOURCE_ROOT) / "src";
+
+// Bottom to top, as docs/layers.md lists them.
+const std::map<std::string, int> kLayerRank = {
+    {"base", 0}, {"numerics", 1}, {"checkpoint", 2}, {"kernels", 3}, {"model", 4},
+    {"kv", 5},   {"text", 6},     {"engram", 7},     {"tiny", 8},    {"cli", 9},
+};
+
+std::vector<std::filesystem::path> SourceFiles() {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(kSrc)) {
+    const std::string ext = entry.path().extension().string();
+    if (entry.is_regular_file() && (ext == ".h" || ext == ".cc")) files.push_back(entry.path());
+  }
+  return files;
+}
+
+std::string LayerOf(const std::filesystem::path& file) {
+  return std::filesystem::relative(file, kSrc).begin()->string();
+}
+
+TEST(LayeringTest, EveryFolderIsAKnownLayer) {
+  for (const auto& file : SourceFiles()) {
+    EXPECT_TRUE(kLayerRank.count(LayerOf(file))) << file << ": add its layer to docs/layers.md";
+  }
+}
+
+TEST(LayeringTest, NoIncludeReachesAHigherLayer) {
+  const std::regex include_re(R"(^\s*#\s*include\s+"([a-z_]+)/)");
+  int checked = 0;
+  for (const auto& file : SourceFiles()) {
+    const auto own = kLayerRank.find(LayerOf(file));
+    if (own == kLayerRank.end()) continue;
+    std::ifstream in(file);
+    std::string line;
+    int line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      std::smatch m;
+      if (!std::regex_search(line, m, include_re)) continue;
+      const auto target = kLayerRank.find(m[1].str());
+      if (target == kLayerRank.end()) continue;
+      ++checked;
+      EXPECT_LE(target->second, own->second)
+          << file.string() << ":" << line_no << ": layer '" << own->first
+          << "' includes the higher layer '" << target->first << "'";
+    }
+  }
+  EXPECT_GT(checked, 100) << "the scan found too few includes to be meaningful";
+}
+
+TEST(LayeringTest, CanonicalLayersUseNumericsArith) {
+  // std::log stays allowed: YaRN's ramp bounds are double-precision formulas (model.md §6.2).
+  const std::regex forbidden(
+      R"((std::(exp|sqrt|pow|sin|cos|tanh)\s*\()|(\b(expf|sqrtf|powf|sinf|cosf|tanhf|exp2f)\s*\())");
+  for (const auto& file : SourceFiles()) {
+    const std::string layer = LayerOf(file);
+    if (layer != "model" && layer != "kernels" && layer != "engram") continue;
+    // Tests compute independent references in double with the C library, as they should.
+    if (file.stem().string().ends_with("_test") || file.stem().string().ends_with("_bench")) {
+      continue;
+    }
+    std::ifstream in(file);
+    std::string line;
+    int line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      const std::string code = line.substr(0, line.find("//"));
+      EXPECT_FALSE(std::regex_search(code, forbidden))
+          << file.string() << ":" << line_no << ": use numerics/arith.h (Cr* functions): " << line;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsv41
