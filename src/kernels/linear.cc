@@ -51,6 +51,7 @@ inline constexpr int64_t kOTile = 4;   // output rows per tile
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/linear.cc"
+#include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
@@ -67,8 +68,10 @@ using VF = hn::Vec<DF>;
 
 #if HWY_TARGET <= HWY_AVX3
 inline constexpr int kMaxR = 4;  // 32 vector registers: 16 accumulators fit
+inline constexpr int kBufR = 6;  // buffered path: 4 × 6 accumulators
 #else
 inline constexpr int kMaxR = 2;
+inline constexpr int kBufR = 2;
 #endif
 
 // 2^e as fp32 for a normal exponent (−126 <= e <= 127), by its bits.
@@ -87,7 +90,7 @@ HWY_INLINE float Pow2(int e) {
 // FP8 e4m3 through IEEE binary16: fp16 bits = sign << 15 | (e4m3 & 0x7F) << 7 is the e4m3 value
 // times 2^-8 (normals and subnormals alike), which the F16C conversion widens exactly; the block
 // factor is then 2^(b−127+8). A scale byte above 246 would overflow that factor: such blocks take
-// the two-step path (×2^8, then ×2^(b−127)). The 4 rows of a tile share one 32×32 tile scale.
+// the two-step path (×2^8, then ×2^(b−127)). The rows of a tile (4, aligned) share one tile scale.
 struct Fp8Decoder {
   static constexpr int64_t kBlockBytes = kBlock;
   const uint8_t* weight;
@@ -121,6 +124,7 @@ struct Fp8Decoder {
   }
   template <int kO>
   HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
+    static_assert(kBlock % kO == 0, "a tile's rows share one 32-row group");
     const uint8_t byte = scale[(o0 / kBlock) * tiles_in + kb];
     const bool big = byte > 246;
     const float one = big ? 0.0f : Pow2(byte - 127 + 8);
@@ -316,6 +320,115 @@ HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_
   }
 }
 
+// ---- many input rows: decode once, multiply from a buffer ----------------------------------
+// With more rows than one register tile holds, decoding the weights again for every group of kR
+// rows costs more than the FMAs. Instead the tile's weights are decoded chunk by chunk (kChunk
+// elements of K, L1-resident) into wbuf in xp's order, and every group of input rows runs its
+// FMAs from there, its accumulators parked in accbuf between chunks. Each (output, input row)
+// lane chain sees the same products in the same order as in Tile (block by block; within a block
+// j = 0, n, ...: elements j then 16 + j), so both paths give the same bits.
+inline constexpr int64_t kChunkBlocks = 16;
+inline constexpr int64_t kChunk = kChunkBlocks * kBlock;
+
+template <int kO, class Decoder>
+HWY_INLINE void DecodeChunk(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_t kb0,
+                            int64_t nb, float* wbuf) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  const int64_t in = a.w->in;
+  const int64_t full_blocks = in / kBlock;
+  HWY_ALIGN uint8_t tails[kO][Decoder::kBlockBytes];
+  for (int64_t kb = kb0; kb < kb0 + nb; ++kb) {
+    const uint8_t* p[kO];
+    for (int o = 0; o < kO; ++o) {
+      const uint8_t* block = dec.weight + (o0 + o) * dec.row_bytes + kb * Decoder::kBlockBytes;
+      if (HWY_LIKELY(kb < full_blocks)) {
+        p[o] = block;
+      } else {
+        const int64_t tail_bytes = (in - kb * kBlock) * Decoder::kBlockBytes / kBlock;
+        std::memset(tails[o], 0, Decoder::kBlockBytes);
+        std::memcpy(tails[o], block, static_cast<size_t>(tail_bytes));
+        p[o] = tails[o];
+      }
+    }
+    float f1[kO], f2[kO];
+    const bool big = dec.template Scales<kO>(o0, kb, f1, f2);
+    for (int o = 0; o < kO; ++o) {
+      float* dst = wbuf + o * kChunk + (kb - kb0) * kBlock;
+      for (size_t j = 0; j < 16; j += n) {
+        VF lo, hi;
+        if (HWY_UNLIKELY(big)) {
+          Decoder::template DecodePair<true>(d, p[o], f1[o], f2[o], j, lo, hi);
+        } else {
+          Decoder::template DecodePair<false>(d, p[o], f1[o], f2[o], j, lo, hi);
+        }
+        hn::Store(lo, d, dst + j);
+        hn::Store(hi, d, dst + 16 + j);
+      }
+    }
+  }
+}
+
+// FMAs of input rows r0..r0+kR with the decoded chunk (nb blocks from block kb0); accumulators in
+// accbuf[(o · rows + r) · n], zero on the first chunk.
+template <int kO, int kR>
+HWY_INLINE void ChunkFma(const LinearArgs& a, const float* wbuf, int64_t kb0, int64_t nb,
+                         int64_t r0, float* accbuf, bool first) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  VF acc[kO][kR];
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) {
+      acc[o][r] = first ? hn::Zero(d) : hn::Load(d, accbuf + (o * a.rows + r0 + r) * n);
+    }
+  }
+  const float* x0 = a.xp + r0 * a.in_pad + kb0 * kBlock;
+  for (int64_t b = 0; b < nb; ++b) {
+    for (size_t j = 0; j < 16; j += n) {
+      const size_t k = static_cast<size_t>(b * kBlock) + j;
+      VF lo[kO], hi[kO];
+      for (int o = 0; o < kO; ++o) {
+        lo[o] = hn::Load(d, wbuf + o * kChunk + k);
+        hi[o] = hn::Load(d, wbuf + o * kChunk + k + 16);
+      }
+      for (int r = 0; r < kR; ++r) {
+        const VF xl = hn::LoadU(d, x0 + r * a.in_pad + k);
+        const VF xh = hn::LoadU(d, x0 + r * a.in_pad + k + 16);
+        for (int o = 0; o < kO; ++o) {
+          acc[o][r] = hn::MulAdd(lo[o], xl, acc[o][r]);  // weight GEMM: FMA allowed (§12.8 1)
+          acc[o][r] = hn::MulAdd(hi[o], xh, acc[o][r]);
+        }
+      }
+    }
+  }
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) hn::Store(acc[o][r], d, accbuf + (o * a.rows + r0 + r) * n);
+  }
+}
+
+template <int kO, class Decoder>
+HWY_INLINE void BufferedRowTile(const Decoder& dec, const LinearArgs& a, int64_t o0,
+                                float* accbuf) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  HWY_ALIGN float wbuf[kO * kChunk];
+  const int64_t blocks = a.in_pad / kBlock;
+  for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
+    const int64_t nb = std::min(kChunkBlocks, blocks - kb0);
+    DecodeChunk<kO>(dec, a, o0, kb0, nb, wbuf);
+    int64_t r = 0;
+    for (; r + kBufR <= a.rows; r += kBufR)
+      ChunkFma<kO, kBufR>(a, wbuf, kb0, nb, r, accbuf, kb0 == 0);
+    for (; r < a.rows; ++r) ChunkFma<kO, 1>(a, wbuf, kb0, nb, r, accbuf, kb0 == 0);
+  }
+  for (int o = 0; o < kO; ++o) {
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const VF acc = blocks == 0 ? hn::Zero(d) : hn::Load(d, accbuf + (o * a.rows + r) * n);
+      a.y[r * a.w->out + o0 + o] = hn::GetLane(hn::SumOfLanes(d, acc));
+    }
+  }
+}
+
 template <int kO, class Decoder>
 HWY_INLINE void RowTile(const Decoder& dec, const LinearArgs& a, int64_t o0) {
   int64_t r = 0;
@@ -326,6 +439,13 @@ HWY_INLINE void RowTile(const Decoder& dec, const LinearArgs& a, int64_t o0) {
 template <class Decoder>
 void RunRows(const Decoder& dec, const LinearArgs& a) {
   int64_t o = a.o_begin;
+  if (a.rows > kMaxR) {
+    const size_t n = hn::Lanes(DF());
+    auto accbuf = hwy::AllocateAligned<float>(static_cast<size_t>(kOTile * a.rows) * n);
+    for (; o + kOTile <= a.o_end; o += kOTile) BufferedRowTile<kOTile>(dec, a, o, accbuf.get());
+    for (; o < a.o_end; ++o) BufferedRowTile<1>(dec, a, o, accbuf.get());
+    return;
+  }
   for (; o + kOTile <= a.o_end; o += kOTile) RowTile<kOTile>(dec, a, o);
   for (; o < a.o_end; ++o) RowTile<1>(dec, a, o);
 }

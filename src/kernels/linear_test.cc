@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -470,27 +471,35 @@ TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
   ThreadPool two(2);
   for (const WeightFormat f : kAllFormats) {
     SCOPED_TRACE(Name(f));
-    const int64_t out = 75, in = f == WeightFormat::kMxfp4 ? 96 : 83, rows = 6;
-    const StoredWeight s = MakeWeight(f, out, in, 1, rng);
-    const LinearWeight w = s.View();
-    const std::vector<float> x = RandomActivations(rows * in, rng);
-    const LinearOptions options{.quantize_activations = f == WeightFormat::kFp8Block};
-    ForEachTarget([&] {
-      std::vector<float> y0(rows * out), y1(rows * out), y2(rows * out);
-      Linear(w, x, rows, y0, options, nullptr);
-      Linear(w, x, rows, y1, options, &one);
-      Linear(w, x, rows, y2, options, &two);
-      for (int64_t r = 0; r < rows; ++r) {
-        std::vector<float> single(out);
-        Linear(w, std::span<const float>(x).subspan(r * in, in), 1, single, options, &two);
-        for (int64_t o = 0; o < out; ++o) {
-          const int64_t i = r * out + o;
-          ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(y1[i])) << i;
-          ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(y2[i])) << i;
-          ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(single[o])) << i;
+    // 75 × 83: several tiles per thread; 9 × 1100: K spans several decode chunks (512) of the
+    // many-rows path, whose partial sums are parked between chunks. 6 and 7 rows take that path,
+    // single rows the register-tile path.
+    for (const auto& [out, in_any, rows] : {std::tuple<int64_t, int64_t, int64_t>{75, 83, 6},
+                                            std::tuple<int64_t, int64_t, int64_t>{9, 1100, 7}}) {
+      const int64_t in = f == WeightFormat::kMxfp4 ? (in_any + 31) / 32 * 32 : in_any;
+      const StoredWeight s = MakeWeight(f, out, in, 1, rng);
+      const LinearWeight w = s.View();
+      const std::vector<float> x = RandomActivations(rows * in, rng);
+      const LinearOptions options{.quantize_activations = f == WeightFormat::kFp8Block};
+      const Expected e = ExpandedProduct(s, x, rows, options.quantize_activations);
+      ForEachTarget([&] {
+        std::vector<float> y0(rows * out), y1(rows * out), y2(rows * out);
+        Linear(w, x, rows, y0, options, nullptr);
+        Linear(w, x, rows, y1, options, &one);
+        Linear(w, x, rows, y2, options, &two);
+        for (int64_t r = 0; r < rows; ++r) {
+          std::vector<float> single(out);
+          Linear(w, std::span<const float>(x).subspan(r * in, in), 1, single, options, &two);
+          for (int64_t o = 0; o < out; ++o) {
+            const int64_t i = r * out + o;
+            ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(y1[i])) << i;
+            ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(y2[i])) << i;
+            ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(single[o])) << i;
+            ASSERT_LE(std::fabs(static_cast<double>(y0[i]) - e.exact[i]), Bound(in, e.abs_sum[i]));
+          }
         }
-      }
-    });
+      });
+    }
   }
 }
 
