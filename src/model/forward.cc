@@ -1,0 +1,238 @@
+#include "model/forward.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+#include "model/weights.h"
+
+namespace dsv41 {
+
+CompressedCache& ContiguousCaches::Compressed(int32_t layer) {
+  DSV41_CHECK(layer >= 0 && layer < static_cast<int32_t>(compressed_.size()) &&
+                  compressed_[layer] != nullptr,
+              "layer %d is no kv source", layer);
+  return *compressed_[layer];
+}
+
+Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights,
+                                                   const TextModelOptions& options) {
+  std::unique_ptr<TextModel> model(new TextModel());
+  model->config_ = weights.config();
+  model->plan_ = weights.plan();
+  model->dims_ = MhcDimsFromConfig(model->config_);
+  model->norm_eps_ = static_cast<float>(model->config_.rms_norm_eps);
+  DSV41_ASSIGN_OR_RETURN(model->head_, GetHeadWeights(weights));
+  const int64_t hidden = model->config_.hidden_size;
+  for (const LayerRole& role : model->plan_.layers) {
+    const std::string p = "layers." + std::to_string(role.layer);
+    if (role.has_engram()) {
+      return UnimplementedError("%s: Engram fusion (model.md §9.6) is not in this build yet",
+                                p.c_str());
+    }
+    Layer layer;
+    layer.role = role;
+    DSV41_ASSIGN_OR_RETURN(layer.attention, dsv41::Attention::Create(weights, role.layer));
+    if (role.is_kv_source) {
+      DSV41_ASSIGN_OR_RETURN(layer.compressor, Compressor::Create(weights, p + ".attn", role));
+    }
+    DSV41_ASSIGN_OR_RETURN(Moe moe, Moe::Load(weights, p, MoeOptions{options.reference_linear}));
+    layer.moe = std::make_unique<Moe>(std::move(moe));
+    DSV41_ASSIGN_OR_RETURN(layer.hc_attn, GetMhcWeights(weights, p + ".hc_attn", model->dims_));
+    DSV41_ASSIGN_OR_RETURN(layer.hc_ffn, GetMhcWeights(weights, p + ".hc_ffn", model->dims_));
+    DSV41_ASSIGN_OR_RETURN(layer.attn_norm,
+                           GetNormWeight(weights, p + ".attn_norm.weight", hidden));
+    DSV41_ASSIGN_OR_RETURN(layer.ffn_norm, GetNormWeight(weights, p + ".ffn_norm.weight", hidden));
+    model->layers_.push_back(std::move(layer));
+  }
+  return model;
+}
+
+std::unique_ptr<RequestCaches> TextModel::NewCaches() const {
+  std::vector<AttentionCache> attention;
+  std::vector<std::unique_ptr<CompressedCache>> compressed(layers_.size());
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    attention.push_back(layers_[l].attention->NewCache());
+    if (layers_[l].compressor) {
+      compressed[l] = std::make_unique<CompressedCache>(layers_[l].compressor->NewCache());
+    }
+  }
+  return std::make_unique<ContiguousCaches>(std::move(attention), std::move(compressed));
+}
+
+Status TextModel::CheckBatch(const Batch& batch, std::span<RequestCaches* const> caches,
+                             size_t logits_size) const {
+  const int32_t num_tokens = batch.num_tokens();
+  if (caches.size() != batch.requests.size()) {
+    return InvalidArgumentError("batch: %zu requests but %zu caches", batch.requests.size(),
+                                caches.size());
+  }
+  int32_t row = 0;
+  for (size_t i = 0; i < batch.requests.size(); ++i) {
+    const BatchRequest& r = batch.requests[i];
+    if (r.first_row != row || r.num_tokens < 1) {
+      return InvalidArgumentError("batch request %zu: rows [%d, +%d) do not continue row %d", i,
+                                  r.first_row, r.num_tokens, row);
+    }
+    if (caches[i] == nullptr || r.start_pos != caches[i]->num_positions()) {
+      return InvalidArgumentError("batch request %zu: start position %d, but its cache holds %d", i,
+                                  r.start_pos, caches[i] ? caches[i]->num_positions() : -1);
+    }
+    row += r.num_tokens;
+  }
+  if (row != num_tokens) {
+    return InvalidArgumentError("batch: requests cover %d rows of %d tokens", row, num_tokens);
+  }
+  const int32_t num_engram = static_cast<int32_t>(config_.engram_layer_ids.size());
+  const size_t want_rows =
+      num_engram == 0 ? 0 : static_cast<size_t>(num_tokens) * num_engram * config_.n_hash_cols();
+  if (batch.engram_rows.size() != want_rows) {
+    return InvalidArgumentError("batch: %zu Engram row ids, want %zu", batch.engram_rows.size(),
+                                want_rows);
+  }
+  int32_t prev = -1;
+  for (int32_t r : batch.logit_rows) {
+    if (r <= prev || r >= num_tokens) {
+      return InvalidArgumentError("batch: logit row %d not ascending within [0, %d)", r,
+                                  num_tokens);
+    }
+    prev = r;
+  }
+  if (logits_size != batch.logit_rows.size() * static_cast<size_t>(config_.vocab_size)) {
+    return InvalidArgumentError("batch: logits buffer of %zu floats, want %zu x %d", logits_size,
+                                batch.logit_rows.size(), config_.vocab_size);
+  }
+  return Status();
+}
+
+namespace {
+
+// The compressed entries each new token of one request attends, as an index source publishes them
+// for its group (model.md §7.5 step 7): [num_tokens, per_token], ascending, −1 padded.
+struct TopKList {
+  std::vector<int32_t> entries;
+  int32_t per_token = 0;
+};
+
+// Top-k of model.md §7.5 while every token sees at most index_topk visible entries: the selection
+// is then every visible entry (the spec's exact short-context shortcut). Returns false when some
+// token sees more (the scoring indexer is needed).
+bool AllVisibleTopK(int32_t start_pos, int32_t num_tokens, int32_t ratio, int32_t index_topk,
+                    TopKList& out) {
+  out.per_token = index_topk;
+  out.entries.assign(static_cast<size_t>(num_tokens) * index_topk, -1);
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    const int32_t visible = (start_pos + t + 1) / ratio;
+    if (visible > index_topk) return false;
+    for (int32_t j = 0; j < visible; ++j) out.entries[static_cast<size_t>(t) * index_topk + j] = j;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status TextModel::Forward(const Batch& batch, std::span<RequestCaches* const> caches,
+                          std::span<float> logits_out, ThreadPool* pool) const {
+  DSV41_RETURN_IF_ERROR(CheckBatch(batch, caches, logits_out.size()));
+  const int64_t num_tokens = batch.num_tokens();
+  const size_t dim = static_cast<size_t>(config_.hidden_size);
+  const size_t hc = static_cast<size_t>(dims_.hc_mult);
+  const size_t stream = hc * dim;
+  const size_t num_requests = batch.requests.size();
+
+  std::vector<float> x(num_tokens * stream);  // the residual streams [T, hc, dim], bf16 values
+  DSV41_RETURN_IF_ERROR(EmbedTokens(head_, batch.token_ids, dims_.hc_mult, x));
+  std::vector<float> pi(num_tokens * hc, 0.0f);  // the incoming pre-mix [T, hc]
+  {
+    const MhcMix initial = InitialPreMix(dims_.hc_mult);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      std::copy_n(initial.pre.begin(), hc, pi.begin() + t * hc);
+    }
+  }
+  std::vector<MhcMix> mix_attn(num_tokens);
+  std::vector<MhcMix> mix_ffn(num_tokens);
+  std::vector<float> sub_in(num_tokens * dim);
+  std::vector<float> sub_out(num_tokens * dim);
+  std::vector<float> pre(num_tokens * hc);
+  // Per-forward shared state (§7.10): the top-k lists of each index source, per request.
+  std::vector<std::vector<TopKList>> topk(layers_.size());
+
+  for (const Layer& layer : layers_) {
+    const LayerRole& role = layer.role;
+    // §4.4: attention sublayer, collapsed with the incoming pre-mix.
+    ComputeMixRows(x, num_tokens, layer.hc_attn, dims_, mix_attn, pool);
+    HcPreRows(x, pi, num_tokens, sub_in);
+    RmsNormRows(sub_in, num_tokens, layer.attn_norm, norm_eps_, sub_in);
+    if (role.is_index_source) topk[role.layer].resize(num_requests);
+    for (size_t i = 0; i < num_requests; ++i) {
+      const BatchRequest& r = batch.requests[i];
+      RequestCaches& cache = *caches[i];
+      const std::span<const float> xr(sub_in.data() + r.first_row * dim, r.num_tokens * dim);
+      const std::span<float> outr(sub_out.data() + r.first_row * dim, r.num_tokens * dim);
+      CompressedSelection selection;
+      const CompressedSelection* selection_ptr = nullptr;
+      if (role.ratio > 0) {
+        const int32_t kv_source = *role.kv_source_layer;
+        if (layer.compressor) {
+          layer.compressor->Forward(xr, r.num_tokens, r.start_pos, cache.Compressed(role.layer),
+                                    pool);
+        }
+        if (role.is_index_source) {
+          TopKList& list = topk[role.layer][i];
+          if (!AllVisibleTopK(r.start_pos, r.num_tokens, role.ratio, config_.index_topk, list)) {
+            return UnimplementedError(
+                "layer %d: more than index_topk = %d visible entries need the scoring indexer "
+                "(model.md §7.5), not in this build yet",
+                role.layer, config_.index_topk);
+          }
+        }
+        const int32_t index_source = *role.index_source_layer;
+        DSV41_CHECK(topk[index_source].size() == num_requests,
+                    "layer %d reads index source %d before it ran", role.layer, index_source);
+        const TopKList& list = topk[index_source][i];
+        selection.cache = &cache.Compressed(kv_source);
+        selection.entries = list.entries;
+        selection.per_token = list.per_token;
+        selection_ptr = &selection;
+      }
+      layer.attention->Forward(xr, r.num_tokens, cache.Attention(role.layer), selection_ptr, outr,
+                               pool);
+    }
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const std::span<float> xt(x.data() + t * stream, stream);
+      HcPost(std::span<const float>(sub_out).subspan(t * dim, dim), xt, mix_attn[t], xt);
+    }
+    // FFN sublayer, collapsed with the attention's pre-mix.
+    ComputeMixRows(x, num_tokens, layer.hc_ffn, dims_, mix_ffn, pool);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      std::copy_n(mix_attn[t].pre.begin(), hc, pre.begin() + t * hc);
+    }
+    HcPreRows(x, pre, num_tokens, sub_in);
+    RmsNormRows(sub_in, num_tokens, layer.ffn_norm, norm_eps_, sub_in);
+    layer.moe->Forward(sub_in, num_tokens, sub_out, nullptr, pool);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const std::span<float> xt(x.data() + t * stream, stream);
+      HcPost(std::span<const float>(sub_out).subspan(t * dim, dim), xt, mix_ffn[t], xt);
+      std::copy_n(mix_ffn[t].pre.begin(), hc, pi.begin() + t * hc);
+    }
+  }
+
+  // §3, §10: final collapse with the last FFN pre-mix, norm and head, for the rows that need it.
+  const int64_t num_logit_rows = static_cast<int64_t>(batch.logit_rows.size());
+  if (num_logit_rows == 0) return Status();
+  std::vector<float> rows_x(num_logit_rows * stream);
+  std::vector<float> rows_pi(num_logit_rows * hc);
+  for (int64_t k = 0; k < num_logit_rows; ++k) {
+    const int64_t t = batch.logit_rows[k];
+    std::copy_n(x.begin() + t * stream, stream, rows_x.begin() + k * stream);
+    std::copy_n(pi.begin() + t * hc, hc, rows_pi.begin() + k * hc);
+  }
+  std::vector<float> hidden(num_logit_rows * dim);
+  FinalHidden(head_, dims_, rows_x, rows_pi, num_logit_rows, hidden);
+  HeadLogits(head_, hidden, num_logit_rows, logits_out, pool);
+  return Status();
+}
+
+}  // namespace dsv41

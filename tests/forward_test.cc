@@ -1,0 +1,214 @@
+// The batched text forward (model/forward.h) on a synthetic checkpoint with every attention mode:
+// one-shot prefill, chunked prefill and token-by-token decode give the same bits (model.md §7.9),
+// a batch of two requests equals each alone, thread count never changes a bit, and malformed
+// batches are refused.
+
+#include "model/forward.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "model/weights.h"
+#include "tiny/tiny_checkpoint.h"
+#include "tiny/tiny_presets.h"
+
+namespace dsv41 {
+namespace {
+
+constexpr int32_t kPromptTokens = 24;
+
+// The `tiny` preset without Engram layers and with index_topk above every visible count of these
+// prompts, so the forward runs every attention mode without the Engram fusion and scoring indexer.
+class ForwardTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/forward_test_tiny");
+    std::filesystem::remove_all(*dir_);
+    Result<TinySpec> spec = TinyPreset("tiny");
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    spec->config.engram_layer_ids.clear();
+    spec->config.engram_num_embeddings.clear();
+    spec->config.index_topk = 32;
+    spec->config.candidate_topk_blocks = 17;
+    spec->num_shards = 1;
+    Result<TinyCheckpointSummary> written = WriteTinyCheckpoint(*spec, *dir_);
+    ASSERT_TRUE(written.ok()) << written.status().ToString();
+    Result<ModelWeights> weights = ModelWeights::Load(*dir_, LoadOptions{.include_dspark = false});
+    ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+    weights_ = new ModelWeights(std::move(weights).value());
+    Result<std::unique_ptr<TextModel>> model = TextModel::Load(*weights_);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    model_ = model->release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete weights_;
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+
+  static std::vector<int32_t> Prompt(uint32_t seed, int32_t n) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> id(3, model_->vocab_size() - 1);
+    std::vector<int32_t> ids(n);
+    for (int32_t& t : ids) t = id(rng);
+    return ids;
+  }
+
+  // Runs `ids` through one request in chunks of `chunk` tokens; returns every position's logits.
+  static std::vector<float> RunChunked(const std::vector<int32_t>& ids, int32_t chunk,
+                                       ThreadPool* pool) {
+    std::unique_ptr<RequestCaches> cache = model_->NewCaches();
+    RequestCaches* caches[] = {cache.get()};
+    const int32_t vocab = model_->vocab_size();
+    std::vector<float> all;
+    for (int32_t start = 0; start < static_cast<int32_t>(ids.size()); start += chunk) {
+      const int32_t n = std::min<int32_t>(chunk, static_cast<int32_t>(ids.size()) - start);
+      Batch batch;
+      batch.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
+      batch.requests.push_back({.first_row = 0, .num_tokens = n, .start_pos = start});
+      for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
+      std::vector<float> logits(static_cast<size_t>(n) * vocab);
+      const Status s = model_->Forward(batch, caches, logits, pool);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  }
+
+  static bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  }
+
+  static std::string* dir_;
+  static ModelWeights* weights_;
+  static TextModel* model_;
+};
+
+std::string* ForwardTest::dir_ = nullptr;
+ModelWeights* ForwardTest::weights_ = nullptr;
+TextModel* ForwardTest::model_ = nullptr;
+
+TEST_F(ForwardTest, PlanHasEveryAttentionMode) {
+  bool seen[4] = {};
+  for (const LayerRole& r : model_->plan().layers) seen[static_cast<int>(r.mode)] = true;
+  EXPECT_TRUE(seen[0] && seen[1] && seen[2] && seen[3]);
+}
+
+TEST_F(ForwardTest, LogitsAreFiniteAndDependOnTheToken) {
+  const std::vector<float> a = RunChunked(Prompt(1, 4), 4, nullptr);
+  const std::vector<float> b = RunChunked(Prompt(2, 4), 4, nullptr);
+  for (float v : a) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_FALSE(SameBits(a, b));
+}
+
+TEST_F(ForwardTest, ChunkedPrefillAndDecodeEqualOneShotPrefill) {
+  const std::vector<int32_t> ids = Prompt(7, kPromptTokens);
+  const std::vector<float> one_shot = RunChunked(ids, kPromptTokens, nullptr);
+  for (int32_t chunk : {1, 2, 3, 5, 8, 13}) {
+    EXPECT_TRUE(SameBits(RunChunked(ids, chunk, nullptr), one_shot)) << "chunk " << chunk;
+  }
+}
+
+TEST_F(ForwardTest, ThreadCountDoesNotChangeBits) {
+  const std::vector<int32_t> ids = Prompt(8, kPromptTokens);
+  ThreadPool pool(3);
+  EXPECT_TRUE(SameBits(RunChunked(ids, 7, &pool), RunChunked(ids, 7, nullptr)));
+}
+
+TEST_F(ForwardTest, BatchOfTwoRequestsEqualsEachAlone) {
+  const std::vector<int32_t> a = Prompt(11, 17);
+  const std::vector<int32_t> b = Prompt(12, 9);
+  const int32_t vocab = model_->vocab_size();
+  const std::vector<float> a_alone = RunChunked(a, 6, nullptr);  // chunks 0..5, 6..11, 12..16
+  const std::vector<float> b_alone = RunChunked(b, 9, nullptr);
+
+  std::unique_ptr<RequestCaches> ca = model_->NewCaches();
+  std::unique_ptr<RequestCaches> cb = model_->NewCaches();
+  // Step 1: a's first chunk alone. Step 2: a's second chunk and all of b. Step 3: a's last chunk.
+  std::vector<float> a_batched;
+  std::vector<float> b_batched;
+  auto run =
+      [&](std::vector<std::pair<RequestCaches*, std::pair<const std::vector<int32_t>*, int32_t>>>
+              parts,
+          int32_t n_a) {
+        Batch batch;
+        std::vector<RequestCaches*> caches;
+        for (auto& [cache, src] : parts) {
+          const auto& [ids, start] = src;
+          const int32_t n = cache == ca.get() ? n_a : static_cast<int32_t>(ids->size()) - start;
+          const int32_t first = batch.num_tokens();
+          batch.token_ids.insert(batch.token_ids.end(), ids->begin() + start,
+                                 ids->begin() + start + n);
+          batch.requests.push_back({.first_row = first, .num_tokens = n, .start_pos = start});
+          for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(first + r);
+          caches.push_back(cache);
+        }
+        std::vector<float> logits(batch.logit_rows.size() * vocab);
+        const Status s = model_->Forward(batch, caches, logits, nullptr);
+        EXPECT_TRUE(s.ok()) << s.ToString();
+        return logits;
+      };
+  std::vector<float> l1 = run({{ca.get(), {&a, 0}}}, 6);
+  a_batched.insert(a_batched.end(), l1.begin(), l1.end());
+  std::vector<float> l2 = run({{ca.get(), {&a, 6}}, {cb.get(), {&b, 0}}}, 6);
+  a_batched.insert(a_batched.end(), l2.begin(), l2.begin() + 6 * vocab);
+  b_batched.insert(b_batched.end(), l2.begin() + 6 * vocab, l2.end());
+  std::vector<float> l3 = run({{ca.get(), {&a, 12}}}, 5);
+  a_batched.insert(a_batched.end(), l3.begin(), l3.end());
+  EXPECT_TRUE(SameBits(a_batched, a_alone));
+  EXPECT_TRUE(SameBits(b_batched, b_alone));
+}
+
+TEST_F(ForwardTest, LogitRowsSelectRows) {
+  const std::vector<int32_t> ids = Prompt(13, 6);
+  const std::vector<float> all = RunChunked(ids, 6, nullptr);
+  const int32_t vocab = model_->vocab_size();
+  std::unique_ptr<RequestCaches> cache = model_->NewCaches();
+  RequestCaches* caches[] = {cache.get()};
+  Batch batch;
+  batch.token_ids = ids;
+  batch.requests.push_back({.first_row = 0, .num_tokens = 6, .start_pos = 0});
+  batch.logit_rows = {5};
+  std::vector<float> last(vocab);
+  ASSERT_TRUE(model_->Forward(batch, caches, last, nullptr).ok());
+  EXPECT_TRUE(SameBits(last, std::vector<float>(all.end() - vocab, all.end())));
+}
+
+TEST_F(ForwardTest, RefusesMalformedBatches) {
+  std::unique_ptr<RequestCaches> cache = model_->NewCaches();
+  RequestCaches* caches[] = {cache.get()};
+  std::vector<float> logits(model_->vocab_size());
+  Batch batch;
+  batch.token_ids = {5, 6};
+  batch.requests.push_back({.first_row = 0, .num_tokens = 2, .start_pos = 3});  // cache is empty
+  batch.logit_rows = {1};
+  Status s = model_->Forward(batch, caches, logits, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("start position 3"), std::string::npos) << s.message();
+
+  batch.requests[0].start_pos = 0;
+  batch.requests[0].num_tokens = 1;  // covers 1 of 2 rows
+  EXPECT_EQ(model_->Forward(batch, caches, logits, nullptr).code(), StatusCode::kInvalidArgument);
+
+  batch.requests[0].num_tokens = 2;
+  batch.logit_rows = {2};  // out of range
+  EXPECT_EQ(model_->Forward(batch, caches, logits, nullptr).code(), StatusCode::kInvalidArgument);
+
+  batch.logit_rows = {1};
+  batch.token_ids = {5, model_->vocab_size()};  // not a token id
+  s = model_->Forward(batch, caches, logits, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache->num_positions(), 0) << "a refused batch must leave the cache untouched";
+}
+
+}  // namespace
+}  // namespace dsv41
