@@ -1,0 +1,259 @@
+#include "model/indexer.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+#include "model/linear_weight.h"
+#include "model/weights.h"
+#include "numerics/arith.h"
+#include "numerics/codecs.h"
+#include "numerics/fake_quant.h"
+
+namespace dsv41 {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+Result<LinearWeight> GetLinearShaped(const ModelWeights& weights, const std::string& prefix,
+                                     int64_t out, int64_t in) {
+  DSV41_ASSIGN_OR_RETURN(LinearWeight w, GetLinear(weights, prefix));
+  if (w.out != out || w.in != in) {
+    return InvalidArgumentError("'%s.weight': shape [%lld, %lld], want [%lld, %lld]",
+                                prefix.c_str(), static_cast<long long>(w.out),
+                                static_cast<long long>(w.in), static_cast<long long>(out),
+                                static_cast<long long>(in));
+  }
+  return w;
+}
+
+// y = bf16(W · x) with the activation quantisation the weight's format asks for (§12.3, §12.4).
+void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
+                ThreadPool* pool) {
+  Linear(w, x, rows, y, LinearOptionsFor(w), pool);
+  for (float& v : y) v = Bf16Round(v);
+}
+
+// Floor division (model.md §7.5: (0 − 1) // 8 = −1).
+int32_t FloorDiv(int32_t a, int32_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+}  // namespace
+
+std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k) {
+  const int32_t n = static_cast<int32_t>(scores.size());
+  k = std::clamp(k, 0, n);
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
+  });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t num_blocks,
+                   int32_t block_size, std::span<uint8_t> mask) {
+  const int32_t n = static_cast<int32_t>(scores.size());
+  DSV41_CHECK(mask.size() == scores.size(), "mask %zu, scores %zu", mask.size(), scores.size());
+  DSV41_CHECK(block_size >= 1 && num_blocks >= 0, "blocks %d of %d", num_blocks, block_size);
+  const int32_t n_blocks = (n + block_size - 1) / block_size;
+  std::vector<float> block_score(n_blocks, -kInf);
+  for (int32_t i = 0; i < n; ++i) {
+    float& b = block_score[i / block_size];
+    b = std::max(b, scores[i]);
+  }
+  const int32_t pinned = FloorDiv(num_visible - 1, block_size);
+  if (pinned >= 0 && pinned < n_blocks) block_score[pinned] = kInf;
+  std::fill(mask.begin(), mask.end(), uint8_t{0});
+  for (int32_t b : TopKAscending(block_score, std::min(num_blocks, n_blocks))) {
+    if (!(block_score[b] > -kInf)) continue;
+    for (int32_t i = b * block_size; i < std::min(n, (b + 1) * block_size); ++i) mask[i] = 1;
+  }
+}
+
+float IndexWeightScale(const ModelConfig& config) {
+  // A config constant, converted once (§12.8 item 5). The reference rounds the double product
+  // index_head_dim^−½ · index_n_heads^−½ to fp32; that product is within two double ulps of
+  // 1/√(index_head_dim · index_n_heads), whose correctly rounded fp32 value CrRsqrt gives: the
+  // two agree unless the exact value lies within ~2^−52 of an fp32 rounding midpoint (the test
+  // pins the released and tiny constants against the double product).
+  return CrRsqrt(
+      static_cast<float>(static_cast<int64_t>(config.index_head_dim) * config.index_n_heads));
+}
+
+CompressedSelection IndexerForwardState::SelectionFor(const LayerRole& role,
+                                                      const CompressedCache& cache) const {
+  DSV41_CHECK(role.index_source_layer.has_value(), "layer %d has no index source", role.layer);
+  auto it = topk.find(*role.index_source_layer);
+  DSV41_CHECK(it != topk.end(), "layer %d: index source %d has not run", role.layer,
+              *role.index_source_layer);
+  return CompressedSelection{
+      .cache = &cache, .entries = it->second.entries, .per_token = it->second.per_token};
+}
+
+Indexer::Indexer(const ModelConfig& config, const LayerRole& role)
+    : config_(config),
+      role_(role),
+      rope_(Rope::ForTable(config, RopeTable::kCompress)),
+      weight_scale_(IndexWeightScale(config)) {}
+
+Result<std::unique_ptr<Indexer>> Indexer::Create(const ModelWeights& weights, int32_t layer) {
+  const LayerPlan& plan = weights.plan();
+  if (layer < 0 || layer >= static_cast<int32_t>(plan.layers.size())) {
+    return InvalidArgumentError("indexer: layer %d of %zu", layer, plan.layers.size());
+  }
+  return Create(weights, "layers." + std::to_string(layer) + ".attn", plan.layers[layer]);
+}
+
+Result<std::unique_ptr<Indexer>> Indexer::Create(const ModelWeights& weights,
+                                                 const std::string& prefix, const LayerRole& role) {
+  if (!role.is_index_source || role.ratio <= 0 || !role.kv_source_layer.has_value()) {
+    return InvalidArgumentError("indexer '%s': layer %d is not an index source", prefix.c_str(),
+                                role.layer);
+  }
+  const ModelConfig& c = weights.config();
+  std::unique_ptr<Indexer> ix(new Indexer(c, role));
+  const int64_t index_q_dim = static_cast<int64_t>(c.index_n_heads) * c.index_head_dim;
+  DSV41_ASSIGN_OR_RETURN(ix->wq_a_,
+                         GetLinearShaped(weights, prefix + ".wq_a", c.q_lora_rank, c.hidden_size));
+  DSV41_ASSIGN_OR_RETURN(ix->q_norm_,
+                         GetNormWeight(weights, prefix + ".q_norm.weight", c.q_lora_rank));
+  DSV41_ASSIGN_OR_RETURN(
+      ix->wq_b_, GetLinearShaped(weights, prefix + ".indexer.wq_b", index_q_dim, c.q_lora_rank));
+  DSV41_ASSIGN_OR_RETURN(
+      ix->weights_proj_,
+      GetLinearShaped(weights, prefix + ".indexer.weights_proj", c.index_n_heads, c.hidden_size));
+  return ix;
+}
+
+void Indexer::QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
+                          ThreadPool* pool) const {
+  DSV41_CHECK(
+      static_cast<int64_t>(x.size()) == static_cast<int64_t>(num_tokens) * config_.hidden_size,
+      "x %zu", x.size());
+  DSV41_CHECK(
+      static_cast<int64_t>(qr.size()) == static_cast<int64_t>(num_tokens) * config_.q_lora_rank,
+      "qr %zu", qr.size());
+  LinearBf16(wq_a_, x, num_tokens, qr, pool);
+  RmsNormRows(qr, num_tokens, q_norm_, static_cast<float>(config_.rms_norm_eps), qr);
+}
+
+void Indexer::Forward(std::span<const float> x, std::span<const float> qr, int32_t num_tokens,
+                      int32_t start_pos, const CompressedCache& keys, IndexerForwardState& state,
+                      ThreadPool* pool, IndexerDebug* debug) const {
+  const int64_t t_count = num_tokens;
+  const int64_t num_heads = config_.index_n_heads;
+  const int64_t head_dim = config_.index_head_dim;
+  const int32_t ratio = role_.ratio;
+  const int32_t n = keys.num_entries();
+  const int32_t topk = config_.index_topk;
+  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * config_.hidden_size, "x %zu", x.size());
+  DSV41_CHECK(static_cast<int64_t>(qr.size()) == t_count * config_.q_lora_rank, "qr %zu",
+              qr.size());
+  DSV41_CHECK(keys.index_head_dim == head_dim, "index keys of %d dims, want %lld",
+              keys.index_head_dim, static_cast<long long>(head_dim));
+  DSV41_CHECK(t_count == 0 || (start_pos + num_tokens) / ratio <= n,
+              "layer %d: %d entries, the last token sees %d", role_.layer, n,
+              (start_pos + num_tokens) / ratio);
+
+  // Step 1: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head.
+  std::vector<float> qi(t_count * num_heads * head_dim);
+  LinearBf16(wq_b_, qr, t_count, qi, pool);
+  const int64_t half = rope_.rope_dim() / 2;
+  std::vector<float> cos(half);
+  std::vector<float> sin(half);
+  for (int64_t t = 0; t < t_count; ++t) {
+    rope_.Angles(start_pos + static_cast<int32_t>(t), cos, sin);
+    for (int64_t h = 0; h < num_heads; ++h) {
+      std::span<float> head =
+          std::span<float>(qi).subspan((t * num_heads + h) * head_dim, head_dim);
+      Rope::RotateWith(head, cos, sin, /*inverse=*/false);
+      FakeQuantFq4B32Pow2(head);
+    }
+  }
+
+  // Step 2: w = bf16(bf16(weights_proj · x) · c).
+  std::vector<float> w(t_count * num_heads);
+  LinearBf16(weights_proj_, x, t_count, w, pool);
+  for (float& v : w) v = Bf16Round(v * weight_scale_);
+
+  // Steps 3–4: score[t, n] over the visible entries, −inf elsewhere.
+  std::vector<float> scores(t_count * static_cast<int64_t>(n), -kInf);
+  auto score_rows = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+    std::vector<float> terms(num_heads);
+    for (int64_t t = begin; t < end; ++t) {
+      const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
+      for (int32_t e = 0; e < visible; ++e) {
+        std::span<const float> k = keys.IndexK(e);
+        for (int64_t h = 0; h < num_heads; ++h) {
+          const float dot = Bf16Round(ExactDot(
+              std::span<const float>(qi).subspan((t * num_heads + h) * head_dim, head_dim), k));
+          const float relu = dot > 0.0f ? dot : 0.0f;
+          terms[h] = Bf16Round(w[t * num_heads + h] * relu);
+        }
+        scores[t * n + e] = Bf16Round(ExactSum(terms));
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(t_count, 1, score_rows);
+  } else {
+    score_rows(0, t_count, 0);
+  }
+
+  // Step 5: the candidate level.
+  if (role_.candidate_mode == CandidateMode::kProduce) {
+    IndexerForwardState::Candidates& cand = state.candidates[role_.layer];
+    cand.num_entries = n;
+    cand.mask.assign(t_count * static_cast<int64_t>(n), 0);
+    for (int64_t t = 0; t < t_count; ++t) {
+      const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
+      CandidateMask(std::span<const float>(scores).subspan(t * n, n), visible,
+                    config_.candidate_topk_blocks, config_.candidate_block_size,
+                    std::span<uint8_t>(cand.mask).subspan(t * n, n));
+    }
+  } else if (role_.candidate_mode == CandidateMode::kFilter) {
+    auto it = state.candidates.find(config_.candidate_source_layer_id);
+    DSV41_CHECK(it != state.candidates.end(), "layer %d: candidate source %d has not run",
+                role_.layer, config_.candidate_source_layer_id);
+    DSV41_CHECK(it->second.num_entries == n && it->second.mask.size() == scores.size(),
+                "layer %d: candidate mask over %d entries, keys %d", role_.layer,
+                it->second.num_entries, n);
+    for (size_t i = 0; i < scores.size(); ++i) {
+      if (it->second.mask[i] == 0) scores[i] = -kInf;
+    }
+  }
+
+  // Step 6: top-k among the visible entries, ascending, −1 padded.
+  IndexerForwardState::TopK& out = state.topk[role_.layer];
+  out.per_token = topk;
+  out.entries.assign(t_count * static_cast<int64_t>(topk), -1);
+  if (debug != nullptr) debug->tie.assign(t_count, 0);
+  for (int64_t t = 0; t < t_count; ++t) {
+    const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
+    std::span<const float> row = std::span<const float>(scores).subspan(t * n, visible);
+    std::vector<int32_t> picks = TopKAscending(row, topk);
+    std::copy(picks.begin(), picks.end(), out.entries.begin() + t * topk);
+    if (debug != nullptr && topk < visible) {
+      // The k-th highest score among the picks and the best one left out.
+      float kth = kInf;
+      for (int32_t e : picks) kth = std::min(kth, row[e]);
+      float next = -kInf;
+      size_t p = 0;
+      for (int32_t e = 0; e < visible; ++e) {
+        if (p < picks.size() && picks[p] == e) {
+          ++p;
+          continue;
+        }
+        next = std::max(next, row[e]);
+      }
+      debug->tie[t] = kth == next ? 1 : 0;
+    }
+  }
+  if (debug != nullptr) debug->scores = std::move(scores);
+}
+
+}  // namespace dsv41

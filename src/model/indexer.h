@@ -1,0 +1,124 @@
+#pragma once
+
+// The lightning indexer of an index-source layer (model.md §7.5): per token, bf16 scores of the
+// visible entries of its kv source's index-K cache, the two-level candidate filter (source /
+// filter / plain modes) and the top-k entry list the attention attends (attention.h
+// CompressedSelection). Reuse layers read the list their index source published in the same
+// forward from IndexerForwardState (model.md §7.10 "Per-forward shared state").
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/linear.h"
+#include "model/attention.h"
+#include "model/compressor.h"
+#include "model/config.h"
+#include "model/layer_plan.h"
+#include "model/norm.h"
+#include "model/rope.h"
+
+namespace dsv41 {
+
+class ModelWeights;
+class ThreadPool;
+
+// The indices of the min(k, scores.size()) highest scores, ties to the lower index (model.md §7.5
+// step 6 and the candidate blocks' rule), returned in ascending index order. −inf scores are
+// ordinary values (they lose to every finite score and tie among themselves). NaN is not allowed.
+std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k);
+
+// The candidate mask of one token (model.md §7.5 step 5): `scores` holds the N entries' scores
+// with −inf for invisible ones, `num_visible` = V. Blocks of `block_size` entries (N padded with
+// −inf), block score = max, the block of the newest visible entry (V − 1) // block_size pinned to
+// +inf when V > 0, the top min(num_blocks, n_blocks) blocks (ties to the lower block) whose score
+// is > −inf are kept. mask[n] = 1 for every entry of a kept block (n < N).
+void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t num_blocks,
+                   int32_t block_size, std::span<uint8_t> mask);
+
+// model.md §7.5 step 2's constant fp32(index_head_dim^−½ · index_n_heads^−½): the two powers
+// multiplied in double, rounded once.
+float IndexWeightScale(const ModelConfig& config);
+
+// What every index source of one forward publishes for the layers after it (model.md §7.8,
+// §7.10): per index-source layer its top-k lists, and the candidate source's mask. Filled layer
+// by layer in plan order; valid for one forward of one request (num_tokens new tokens).
+struct IndexerForwardState {
+  struct TopK {
+    // [num_tokens, per_token] entry ids, ascending, −1 padded (the goldens' indexer_topk layout).
+    std::vector<int32_t> entries;
+    int32_t per_token = 0;
+  };
+  struct Candidates {
+    // [num_tokens, num_entries] 0/1 over the kv source's entries at the time it was computed.
+    std::vector<uint8_t> mask;
+    int32_t num_entries = 0;
+  };
+  std::map<int32_t, TopK> topk;              // by index-source layer
+  std::map<int32_t, Candidates> candidates;  // by candidate-source layer
+
+  // The selection layer `role` (ratio > 0) attends: the top-k its index source published, over
+  // `cache` (its kv source's compressed cache). The index source must have run (checked).
+  CompressedSelection SelectionFor(const LayerRole& role, const CompressedCache& cache) const;
+};
+
+// Optional outputs of Indexer::Forward, for tests and debugging (the goldens' arrays).
+struct IndexerDebug {
+  // [num_tokens, N] bf16 scores as the top-k saw them: −inf where invisible, and for a candidate
+  // filter also outside the candidate mask (the goldens' indexer_scores_L<l>).
+  std::vector<float> scores;
+  // [num_tokens]: 1 where the top-k boundary was an exact tie (k < V and the k-th and (k+1)-th
+  // highest scores are equal).
+  std::vector<uint8_t> tie;
+};
+
+// The indexer of one index-source layer (roles Full and Reindex). Immutable after Create (views
+// into the ModelWeights, which must outlive it); Forward is const. Engine thread only (Forward
+// uses `pool` for its parallel parts).
+class Indexer {
+ public:
+  // The indexer of backbone layer `layer` (weights `layers.<layer>.attn.indexer.*`, and the
+  // attention's wq_a / q_norm for QueryLatent). The role must be an index source. Errors name the
+  // tensor.
+  static Result<std::unique_ptr<Indexer>> Create(const ModelWeights& weights, int32_t layer);
+  // The same from an explicit attention prefix ("layers.6.attn") and role.
+  static Result<std::unique_ptr<Indexer>> Create(const ModelWeights& weights,
+                                                 const std::string& prefix, const LayerRole& role);
+
+  const LayerRole& role() const { return role_; }
+
+  // qr = RMSNorm(q_norm, wq_a · x) [num_tokens, q_lora_rank] (model.md §7.1 step 1): the query
+  // path's low-rank latent, which is also the indexer's query input. For callers that do not
+  // have the attention's copy.
+  void QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
+                   ThreadPool* pool) const;
+
+  // Runs model.md §7.5 for `num_tokens` new tokens at positions start_pos .. start_pos +
+  // num_tokens − 1. x: [num_tokens, hidden_size] attention input; qr: [num_tokens, q_lora_rank];
+  // keys: the kv source's cache holding every entry completed so far, including this forward's
+  // (its Compressor ran first). Publishes state.topk[layer] (per_token = index_topk); a candidate
+  // source also publishes state.candidates[layer]; a candidate filter reads the mask of
+  // config.candidate_source_layer_id (must be present, checked). `debug` may be null.
+  void Forward(std::span<const float> x, std::span<const float> qr, int32_t num_tokens,
+               int32_t start_pos, const CompressedCache& keys, IndexerForwardState& state,
+               ThreadPool* pool, IndexerDebug* debug = nullptr) const;
+
+ private:
+  Indexer(const ModelConfig& config, const LayerRole& role);
+
+  ModelConfig config_;
+  LayerRole role_;
+  Rope rope_;  // the compress table
+  float weight_scale_;
+  LinearWeight wq_a_;
+  NormWeight q_norm_;
+  LinearWeight wq_b_;
+  LinearWeight weights_proj_;
+};
+
+}  // namespace dsv41
