@@ -1,0 +1,253 @@
+#include "model/engram_fusion.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+#include "checkpoint/dtype.h"
+#include "model/linear_weight.h"
+#include "model/weights.h"
+#include "numerics/arith.h"
+#include "numerics/codecs.h"
+
+namespace dsv41 {
+namespace {
+
+std::string ShapeText(const Shape& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+// A tensor of `dtype` and `shape`, or InvalidArgument naming it.
+Result<TensorView> GetChecked(const ModelWeights& weights, const std::string& name, DType dtype,
+                              const Shape& shape) {
+  DSV41_ASSIGN_OR_RETURN(TensorView view, weights.Get(name));
+  if (view.dtype != dtype || view.shape != shape) {
+    const std::string_view got = DTypeName(view.dtype);
+    const std::string_view want = DTypeName(dtype);
+    return InvalidArgumentError("'%s': want %.*s %s, got %.*s %s", name.c_str(),
+                                static_cast<int>(want.size()), want.data(),
+                                ShapeText(shape).c_str(), static_cast<int>(got.size()), got.data(),
+                                ShapeText(view.shape).c_str());
+  }
+  return view;
+}
+
+float LoadBf16(const std::byte* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof(bits));
+  return F32FromBf16(bits);
+}
+
+}  // namespace
+
+// ---- Row sources --------------------------------------------------------------------------
+
+Result<MappedEngramRowSource> MappedEngramRowSource::Open(const ModelWeights& weights,
+                                                          int32_t layer) {
+  MappedEngramRowSource source;
+  source.name_ = "layers." + std::to_string(layer) + ".engram.embed";
+  DSV41_ASSIGN_OR_RETURN(TensorView values, weights.Get(source.name_ + ".weight"));
+  if (values.dtype != DType::kF8E4M3 || values.shape.size() != 2 || values.shape[1] <= 0 ||
+      values.shape[1] % 32 != 0) {
+    const std::string_view got = DTypeName(values.dtype);
+    return InvalidArgumentError("'%s.weight': want F8_E4M3 [rows, 32·k], got %.*s %s",
+                                source.name_.c_str(), static_cast<int>(got.size()), got.data(),
+                                ShapeText(values.shape).c_str());
+  }
+  source.num_rows_ = values.shape[0];
+  source.row_dim_ = static_cast<int32_t>(values.shape[1]);
+  DSV41_ASSIGN_OR_RETURN(TensorView scales,
+                         GetChecked(weights, source.name_ + ".scale", DType::kF8E8M0,
+                                    {source.num_rows_, source.row_dim_ / 32}));
+  source.values_ = values.bytes;
+  source.scales_ = scales.bytes;
+  return source;
+}
+
+Status MappedEngramRowSource::FillRows(std::span<const int64_t> row_ids,
+                                       std::span<std::byte> values,
+                                       std::span<std::byte> scales) const {
+  const size_t value_bytes = static_cast<size_t>(row_dim_);
+  const size_t scale_bytes = value_bytes / 32;
+  DSV41_CHECK(values.size() == row_ids.size() * value_bytes &&
+                  scales.size() == row_ids.size() * scale_bytes,
+              "FillRows: %zu rows into %zu value and %zu scale bytes", row_ids.size(),
+              values.size(), scales.size());
+  for (size_t i = 0; i < row_ids.size(); ++i) {
+    const int64_t row = row_ids[i];
+    if (row < 0 || row >= num_rows_) {
+      return OutOfRangeError("'%s': row %lld outside the table of %lld rows", name_.c_str(),
+                             static_cast<long long>(row), static_cast<long long>(num_rows_));
+    }
+    const size_t r = static_cast<size_t>(row);
+    std::memcpy(values.data() + i * value_bytes, values_.data() + r * value_bytes, value_bytes);
+    std::memcpy(scales.data() + i * scale_bytes, scales_.data() + r * scale_bytes, scale_bytes);
+  }
+  return OkStatus();
+}
+
+void DequantizeEngramRows(std::span<const std::byte> values, std::span<const std::byte> scales,
+                          int32_t row_dim, int64_t n, std::span<float> out) {
+  const size_t count = static_cast<size_t>(n) * static_cast<size_t>(row_dim);
+  DSV41_CHECK(row_dim > 0 && row_dim % 32 == 0 && values.size() == count &&
+                  scales.size() == count / 32 && out.size() == count,
+              "DequantizeEngramRows: %lld rows of %d, %zu values, %zu scales, %zu outputs",
+              static_cast<long long>(n), row_dim, values.size(), scales.size(), out.size());
+  for (size_t i = 0; i < count; ++i) {
+    const float value = F32FromE4m3(static_cast<uint8_t>(values[i]));
+    const float scale = F32FromE8m0(static_cast<uint8_t>(scales[i / 32]));
+    out[i] = Bf16Round(value * scale);
+  }
+}
+
+// ---- EngramFusion -------------------------------------------------------------------------
+
+Result<EngramFusion> EngramFusion::Load(const ModelWeights& weights, int32_t layer,
+                                        const EngramFusionOptions& options) {
+  const ModelConfig& config = weights.config();
+  const LayerPlan& plan = weights.plan();
+  if (layer < 0 || static_cast<size_t>(layer) >= plan.layers.size() ||
+      !plan.layers[static_cast<size_t>(layer)].has_engram()) {
+    return InvalidArgumentError("layer %d has no Engram slot in the layer plan", layer);
+  }
+  EngramFusion fusion;
+  fusion.options_ = options;
+  fusion.num_cols_ = config.n_hash_cols();
+  fusion.hc_mult_ = config.hc_mult;
+  fusion.hidden_ = config.hidden_size;
+  fusion.eps_ = static_cast<float>(config.rms_norm_eps);
+  fusion.inv_sqrt_hidden_ = CrPow(static_cast<float>(config.hidden_size), -0.5);
+
+  DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows, MappedEngramRowSource::Open(weights, layer));
+  if (rows.row_dim() != config.engram_head_dim) {
+    return InvalidArgumentError("'layers.%d.engram.embed.weight': rows of %d, want %d", layer,
+                                rows.row_dim(), config.engram_head_dim);
+  }
+  fusion.row_dim_ = rows.row_dim();
+  fusion.resident_rows_ = std::make_unique<MappedEngramRowSource>(std::move(rows));
+
+  const std::string prefix = "layers." + std::to_string(layer) + ".engram";
+  DSV41_ASSIGN_OR_RETURN(fusion.wkv_, GetLinear(weights, prefix + ".wkv"));
+  if (fusion.wkv_.out != fusion.engram_out() || fusion.wkv_.in != fusion.engram_in()) {
+    return InvalidArgumentError("'%s.wkv.weight': [%lld, %lld], want [%d, %d]", prefix.c_str(),
+                                static_cast<long long>(fusion.wkv_.out),
+                                static_cast<long long>(fusion.wkv_.in), fusion.engram_out(),
+                                fusion.engram_in());
+  }
+  const Shape qk_shape = {config.hc_mult, config.hidden_size};
+  DSV41_ASSIGN_OR_RETURN(TensorView q,
+                         GetChecked(weights, prefix + ".q_weight", DType::kBF16, qk_shape));
+  DSV41_ASSIGN_OR_RETURN(TensorView k,
+                         GetChecked(weights, prefix + ".k_weight", DType::kBF16, qk_shape));
+  const size_t n = static_cast<size_t>(config.hc_mult) * static_cast<size_t>(config.hidden_size);
+  fusion.qk_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    // The fp32 product of two bf16 values (exact: 8-bit significands).
+    fusion.qk_[i] = LoadBf16(q.bytes.data() + 2 * i) * LoadBf16(k.bytes.data() + 2 * i);
+  }
+  return fusion;
+}
+
+Status EngramFusion::GatherRows(const EngramRowSource& source, std::span<const int64_t> row_ids,
+                                int64_t num_tokens, std::span<float> e) const {
+  const size_t num_rows = static_cast<size_t>(num_tokens) * static_cast<size_t>(num_cols_);
+  DSV41_CHECK(
+      num_tokens >= 0 && row_ids.size() == num_rows &&
+          e.size() == num_rows * static_cast<size_t>(row_dim_) && source.row_dim() == row_dim_,
+      "GatherRows: %lld tokens, %zu row ids, %zu outputs, source rows of %d (want %d)",
+      static_cast<long long>(num_tokens), row_ids.size(), e.size(), source.row_dim(), row_dim_);
+  std::vector<std::byte> values(num_rows * static_cast<size_t>(row_dim_));
+  std::vector<std::byte> scales(values.size() / 32);
+  DSV41_RETURN_IF_ERROR(source.FillRows(row_ids, values, scales));
+  // Rows of a token are consecutive in row_ids, so the dequantised rows concatenate in column
+  // order into e [T, num_cols·row_dim].
+  DequantizeEngramRows(values, scales, row_dim_, static_cast<int64_t>(num_rows), e);
+  return OkStatus();
+}
+
+void EngramFusion::Project(std::span<const float> e, int64_t num_tokens, std::span<float> kv,
+                           ThreadPool* pool) const {
+  DSV41_CHECK(num_tokens >= 0 &&
+                  e.size() == static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_in()) &&
+                  kv.size() == static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_out()),
+              "Project: %lld tokens, e %zu, kv %zu", static_cast<long long>(num_tokens), e.size(),
+              kv.size());
+  if (options_.reference_linear) {
+    LinearRef(wkv_, e, num_tokens, kv, LinearOptionsFor(wkv_));
+  } else {
+    Linear(wkv_, e, num_tokens, kv, LinearOptionsFor(wkv_), pool);
+  }
+  for (float& v : kv) v = Bf16Round(v);
+}
+
+void EngramFusion::FuseToken(const float* kv, float* streams, float* gate, bool dead) const {
+  const size_t hidden = static_cast<size_t>(hidden_);
+  const float* value = kv + static_cast<size_t>(hc_mult_) * hidden;  // V, shared by the streams
+  const float tiny = 1e-6f;
+  for (int32_t j = 0; j < hc_mult_; ++j) {
+    float* h = streams + static_cast<size_t>(j) * hidden;
+    const float* key = kv + static_cast<size_t>(j) * hidden;
+    const float* w = qk_.data() + static_cast<size_t>(j) * hidden;
+    const std::span<const float> h_span(h, hidden);
+    const std::span<const float> key_span(key, hidden);
+    const float r =
+        CrRsqrt(ExactMeanSquare(h_span) + eps_) * CrRsqrt(ExactMeanSquare(key_span) + eps_);
+    ExactAccumulator sum;
+    // fp32(fp32(H·w)·K) per element (H·w is exact: 8- and 16-bit significands; the product with
+    // K is rounded), then the exact sum of those, rounded once (§9.6, §12.8 item 2).
+    for (size_t d = 0; d < hidden; ++d) sum.Add(h[d] * w[d] * key[d]);
+    const float dot = sum.Round() * r * inv_sqrt_hidden_;
+    float g = Sigmoid(std::copysign(CrSqrt(std::fmax(std::fabs(dot), tiny)), dot));
+    if (dead) g = 0.0f;
+    if (gate != nullptr) gate[j] = g;
+    for (size_t d = 0; d < hidden; ++d) h[d] = Bf16Round(h[d] + g * value[d]);
+  }
+}
+
+void EngramFusion::Fuse(std::span<const float> kv, int64_t num_tokens, std::span<float> streams,
+                        std::span<float> gate, std::span<const uint8_t> dead,
+                        ThreadPool* pool) const {
+  const size_t t_count = static_cast<size_t>(num_tokens);
+  const size_t stream_size = static_cast<size_t>(hc_mult_) * static_cast<size_t>(hidden_);
+  DSV41_CHECK(num_tokens >= 0 && kv.size() == t_count * static_cast<size_t>(engram_out()) &&
+                  streams.size() == t_count * stream_size &&
+                  (gate.empty() || gate.size() == t_count * static_cast<size_t>(hc_mult_)) &&
+                  (dead.empty() || dead.size() == t_count),
+              "Fuse: %lld tokens, kv %zu, streams %zu, gate %zu, dead %zu",
+              static_cast<long long>(num_tokens), kv.size(), streams.size(), gate.size(),
+              dead.size());
+  const auto run = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+    for (int64_t t = begin; t < end; ++t) {
+      const size_t i = static_cast<size_t>(t);
+      FuseToken(kv.data() + i * static_cast<size_t>(engram_out()), streams.data() + i * stream_size,
+                gate.empty() ? nullptr : gate.data() + i * static_cast<size_t>(hc_mult_),
+                !dead.empty() && dead[i] != 0);
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(num_tokens, 1, run);
+  } else {
+    run(0, num_tokens, 0);
+  }
+}
+
+Status EngramFusion::Forward(std::span<const int64_t> row_ids, int64_t num_tokens,
+                             std::span<float> streams, std::span<float> gate, ThreadPool* pool,
+                             std::span<const uint8_t> dead) const {
+  std::vector<float> e(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_in()));
+  DSV41_RETURN_IF_ERROR(GatherRows(*resident_rows_, row_ids, num_tokens, e));
+  std::vector<float> kv(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_out()));
+  Project(e, num_tokens, kv, pool);
+  Fuse(kv, num_tokens, streams, gate, dead, pool);
+  return OkStatus();
+}
+
+}  // namespace dsv41
