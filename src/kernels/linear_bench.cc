@@ -1,8 +1,9 @@
 // Linear over the stored formats on random bytes: shapes of the `small` preset and of the real
 // model, rows = 1 (decode) to 64 (prefill chunks). Counters: weight GB/s and its ratio to the
 // read bandwidth measured in the same run (bw_frac), GFLOP/s and its ratio to peak FMA
-// (flop_frac). Each benchmark cycles over enough copies of its matrix (≥ 768 MB in all) that the
-// weights come from DRAM, not from the 260 MB L3, as they do in a real decode.
+// (flop_frac). Each benchmark cycles over enough copies of its matrix (≥ 512 MB in all) that the
+// weights come from DRAM, as they do in a real decode (the `_hot` variants keep one copy in cache).
+// Report medians: --benchmark_repetitions=5 --benchmark_report_aggregates_only=true.
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -36,54 +37,94 @@ const MachineLimits& Limits() {
   return limits;
 }
 
-// Fills with a fast generator; FP8 bytes avoid the NaN codes, scale bytes are realistic.
+// Random stored bytes with realistic magnitudes: FP8 codes are uniform except the NaN codes
+// (bit 3 cleared), MXFP4 bytes uniform, bf16/f32 values have exponents 2^-15..2^0 (no
+// subnormal products, which would measure the CPU's microcode assists instead of the kernel);
+// scale bytes 2^-9..2^-2.
 void FillWeight(WeightFormat format, std::vector<uint8_t>& weight, std::vector<uint8_t>& scale,
                 uint64_t seed) {
   std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < weight.size(); i += 8) {
-    uint64_t v = rng();
-    if (format == WeightFormat::kFp8Block) v &= 0xF7F7F7F7F7F7F7F7ull;  // clears bit 3: never 0x7F
-    if (format == WeightFormat::kBf16) v &= 0xBFFFBFFFBFFFBFFFull;      // finite, moderate
-    for (size_t b = 0; b < 8 && i + b < weight.size(); ++b) weight[i + b] = (v >> (8 * b)) & 0xFF;
+  const auto fill = [&](auto transform) {
+    for (size_t i = 0; i < weight.size(); i += 8) {
+      const uint64_t v = transform(rng());
+      for (size_t b = 0; b < 8 && i + b < weight.size(); ++b) weight[i + b] = (v >> (8 * b)) & 0xFF;
+    }
+  };
+  switch (format) {
+    case WeightFormat::kFp8Block:
+      fill([](uint64_t v) { return v & 0xF7F7F7F7F7F7F7F7ull; });
+      break;
+    case WeightFormat::kMxfp4:
+      fill([](uint64_t v) { return v; });
+      break;
+    case WeightFormat::kBf16:  // per 16 bits: sign, exponent 112..127, mantissa
+      fill([](uint64_t v) {
+        return (v & 0x807F807F807F807Full) | 0x3800380038003800ull | ((v & 0x0780078007800780ull));
+      });
+      break;
+    case WeightFormat::kF32:  // per 32 bits: sign, exponent 112..127, mantissa
+      fill([](uint64_t v) {
+        return (v & 0x807FFFFF807FFFFFull) | 0x3800000038000000ull | (v & 0x0780000007800000ull);
+      });
+      break;
   }
   for (auto& s : scale) s = static_cast<uint8_t>(118 + rng() % 8);
 }
 
+// The matrices of the running benchmark, kept across its repetitions and row counts: `copies`
+// random matrices of one shape, cycled so that (for `dram`) their total exceeds any cache.
 struct Matrices {
-  WeightFormat format;
-  int64_t out, in;
+  WeightFormat format = WeightFormat::kBf16;
+  int64_t out = 0, in = 0;
+  bool dram = false;
+  int64_t weight_bytes = 0, scale_bytes = 0;
   std::vector<std::vector<uint8_t>> weights, scales;
-  size_t bytes_each = 0;
 };
 
-void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_t in) {
-  const int64_t rows = state.range(0);
-  const MachineLimits& limits = Limits();
-  int64_t weight_bytes = 0, scale_bytes = 0;
+const Matrices& GetMatrices(WeightFormat format, int64_t out, int64_t in, bool dram) {
+  static Matrices m;
+  if (m.format == format && m.out == out && m.in == in && m.dram == dram && !m.weights.empty()) {
+    return m;
+  }
+  m = Matrices{};
+  m.format = format;
+  m.out = out;
+  m.in = in;
+  m.dram = dram;
   switch (format) {
     case WeightFormat::kBf16:
-      weight_bytes = 2 * out * in;
+      m.weight_bytes = 2 * out * in;
       break;
     case WeightFormat::kF32:
-      weight_bytes = 4 * out * in;
+      m.weight_bytes = 4 * out * in;
       break;
     case WeightFormat::kFp8Block:
-      weight_bytes = out * in;
-      scale_bytes = NumTiles(out) * NumTiles(in);
+      m.weight_bytes = out * in;
+      m.scale_bytes = NumTiles(out) * NumTiles(in);
       break;
     case WeightFormat::kMxfp4:
-      weight_bytes = out * in / 2;
-      scale_bytes = out * in / 32;
+      m.weight_bytes = out * in / 2;
+      m.scale_bytes = out * in / 32;
       break;
   }
-  const int64_t bytes = weight_bytes + scale_bytes;
-  const int64_t copies = std::max<int64_t>(1, (768LL << 20) / bytes);
-  std::vector<std::vector<uint8_t>> weights(copies), scales(copies);
+  const int64_t copies =
+      dram ? std::max<int64_t>(1, (512LL << 20) / (m.weight_bytes + m.scale_bytes)) : 1;
+  m.weights.resize(copies);
+  m.scales.resize(copies);
   for (int64_t c = 0; c < copies; ++c) {
-    weights[c].resize(weight_bytes);
-    scales[c].resize(scale_bytes);
-    FillWeight(format, weights[c], scales[c], 1000 + c);
+    m.weights[c].resize(m.weight_bytes);
+    m.scales[c].resize(m.scale_bytes);
+    FillWeight(format, m.weights[c], m.scales[c], 1000 + c);
   }
+  return m;
+}
+
+void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_t in, bool dram) {
+  const int64_t rows = state.range(0);
+  const MachineLimits& limits = Limits();
+  const Matrices& m = GetMatrices(format, out, in, dram);
+  const int64_t bytes = m.weight_bytes + m.scale_bytes;
+  const int64_t copies = static_cast<int64_t>(m.weights.size());
   std::vector<float> x(rows * in);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -93,8 +134,8 @@ void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_
                                                       format == WeightFormat::kMxfp4};
   int64_t c = 0;
   for (auto _ : state) {
-    LinearWeight w{format, out, in, std::as_bytes(std::span<const uint8_t>(weights[c])),
-                   std::as_bytes(std::span<const uint8_t>(scales[c]))};
+    const LinearWeight w{format, out, in, std::as_bytes(std::span<const uint8_t>(m.weights[c])),
+                         std::as_bytes(std::span<const uint8_t>(m.scales[c]))};
     Linear(w, x, rows, y, options, &Pool());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
@@ -115,19 +156,26 @@ void Rows(benchmark::internal::Benchmark* b) {
   b->ArgName("rows")->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
-// The `small` preset (hidden 1024, q_lora 256, 16 heads × 128, experts 512, vocab 16384).
-BENCHMARK_CAPTURE(BM_Linear, small_expert_w1_mxfp4, WeightFormat::kMxfp4, 512, 1024)->Apply(Rows);
-BENCHMARK_CAPTURE(BM_Linear, small_wq_b_fp8, WeightFormat::kFp8Block, 2048, 256)->Apply(Rows);
-BENCHMARK_CAPTURE(BM_Linear, small_head_bf16, WeightFormat::kBf16, 16384, 1024)->Apply(Rows);
-// The real model (hidden 5120).
-BENCHMARK_CAPTURE(BM_Linear, expert_w1_mxfp4, WeightFormat::kMxfp4, 2304, 5120)->Apply(Rows);
-BENCHMARK_CAPTURE(BM_Linear, wq_b_fp8, WeightFormat::kFp8Block, 32768, 1280)->Apply(Rows);
-BENCHMARK_CAPTURE(BM_Linear, head_bf16, WeightFormat::kBf16, 129280, 5120)
+// The `small` preset (hidden 1024, q_lora 256, 16 heads × 128, experts 512, vocab 16384), from
+// DRAM and, for reference, cache-resident (one copy).
+BENCHMARK_CAPTURE(BM_Linear, small_expert_w1_mxfp4, WeightFormat::kMxfp4, 512, 1024, true)
+    ->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, small_expert_w1_mxfp4_hot, WeightFormat::kMxfp4, 512, 1024, false)
+    ->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, small_wq_b_fp8, WeightFormat::kFp8Block, 2048, 256, true)->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, small_wq_b_fp8_hot, WeightFormat::kFp8Block, 2048, 256, false)
+    ->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, small_head_bf16, WeightFormat::kBf16, 16384, 1024, true)->Apply(Rows);
+// The real model (hidden 5120): a routed expert, the FP8 query up-projection, the head, the
+// router gate.
+BENCHMARK_CAPTURE(BM_Linear, expert_w1_mxfp4, WeightFormat::kMxfp4, 2304, 5120, true)->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, wq_b_fp8, WeightFormat::kFp8Block, 32768, 1280, true)->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, head_bf16, WeightFormat::kBf16, 129280, 5120, true)
     ->Arg(1)
     ->ArgName("rows")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Linear, gate_f32, WeightFormat::kF32, 384, 5120)->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, gate_f32, WeightFormat::kF32, 384, 5120, true)->Apply(Rows);
 
 }  // namespace
 }  // namespace dsv41
