@@ -429,11 +429,27 @@ HWY_INLINE void BufferedRowTile(const Decoder& dec, const LinearArgs& a, int64_t
   }
 }
 
+// Rows <= kMaxR (decode, speculative drafts): one register tile covers them all, so each weight
+// is decoded once.
 template <int kO, class Decoder>
 HWY_INLINE void RowTile(const Decoder& dec, const LinearArgs& a, int64_t o0) {
-  int64_t r = 0;
-  for (; r + kMaxR <= a.rows; r += kMaxR) Tile<kO, kMaxR>(dec, a, o0, r);
-  for (; r < a.rows; ++r) Tile<kO, 1>(dec, a, o0, r);
+  switch (a.rows) {
+    case 1:
+      Tile<kO, 1>(dec, a, o0, 0);
+      break;
+    case 2:
+      Tile<kO, 2>(dec, a, o0, 0);
+      break;
+    default:
+      if constexpr (kMaxR >= 4) {
+        if (a.rows == 3) {
+          Tile<kO, 3>(dec, a, o0, 0);
+        } else {
+          Tile<kO, 4>(dec, a, o0, 0);
+        }
+      }
+      break;
+  }
 }
 
 template <class Decoder>
@@ -446,6 +462,7 @@ void RunRows(const Decoder& dec, const LinearArgs& a) {
     for (; o < a.o_end; ++o) BufferedRowTile<1>(dec, a, o, accbuf.get());
     return;
   }
+  static_assert(kMaxR == 2 || kMaxR == 4);
   for (; o + kOTile <= a.o_end; o += kOTile) RowTile<kOTile>(dec, a, o);
   for (; o < a.o_end; ++o) RowTile<1>(dec, a, o);
 }

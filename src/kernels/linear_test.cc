@@ -473,8 +473,9 @@ TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
     SCOPED_TRACE(Name(f));
     // 75 × 83: several tiles per thread; 9 × 1100: K spans several decode chunks (512) of the
     // many-rows path, whose partial sums are parked between chunks. 6 and 7 rows take that path,
-    // single rows the register-tile path.
+    // 3 rows (with AVX-512) and single rows the register-tile path.
     for (const auto& [out, in_any, rows] : {std::tuple<int64_t, int64_t, int64_t>{75, 83, 6},
+                                            std::tuple<int64_t, int64_t, int64_t>{75, 83, 3},
                                             std::tuple<int64_t, int64_t, int64_t>{9, 1100, 7}}) {
       const int64_t in = f == WeightFormat::kMxfp4 ? (in_any + 31) / 32 * 32 : in_any;
       const StoredWeight s = MakeWeight(f, out, in, 1, rng);
