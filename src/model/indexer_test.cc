@@ -368,8 +368,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // model.md §7.9: a one-shot prefill, chunks and token-by-token decode select the same entries
 // (absolute positions; the keys include the entries completed earlier in the chunk). tiny-c has
-// window 8, top-k 4 and 3 candidate blocks of 2, so the filter is active.
-TEST(IndexerTest, ChunksAndDecodeSelectLikeOneShotPrefill) {
+// window 8, top-k 4 and 3 candidate blocks of 2, so the filter is active. The thread count does
+// not matter either.
+TEST(IndexerTest, ChunksDecodeAndThreadCountsSelectLikeOneShotPrefill) {
   const CaseData d = LoadCase(GoldenCase{"tiny-c", "long120"});
   const ModelConfig& c = d.weights->config();
   const int64_t hidden = c.hidden_size;
@@ -378,7 +379,7 @@ TEST(IndexerTest, ChunksAndDecodeSelectLikeOneShotPrefill) {
 
   // Runs every kv source's compressor and every index source over the given chunks; returns the
   // concatenated top-k lists per index source.
-  auto run = [&](const std::vector<int64_t>& chunks) {
+  auto run = [&](const std::vector<int64_t>& chunks, ThreadPool* run_pool) {
     std::map<int32_t, std::unique_ptr<Compressor>> compressors;
     std::map<int32_t, CompressedCache> caches;
     std::map<int32_t, std::unique_ptr<Indexer>> indexers;
@@ -405,13 +406,13 @@ TEST(IndexerTest, ChunksAndDecodeSelectLikeOneShotPrefill) {
         std::span<const float> x = d.LayerInput(l).subspan(begin * hidden, n * hidden);
         if (role.is_kv_source) {
           compressors.at(l)->Forward(x, static_cast<int32_t>(n), static_cast<int32_t>(begin),
-                                     caches.at(l), &pool);
+                                     caches.at(l), run_pool);
         }
         if (role.is_index_source) {
           std::vector<float> qr(n * c.q_lora_rank);
-          indexers.at(l)->QueryLatent(x, static_cast<int32_t>(n), qr, &pool);
+          indexers.at(l)->QueryLatent(x, static_cast<int32_t>(n), qr, run_pool);
           indexers.at(l)->Forward(x, qr, static_cast<int32_t>(n), static_cast<int32_t>(begin),
-                                  caches.at(*role.kv_source_layer), state, &pool);
+                                  caches.at(*role.kv_source_layer), state, run_pool);
           const std::vector<int32_t>& e = state.topk.at(l).entries;
           all_topk[l].insert(all_topk[l].end(), e.begin(), e.end());
         }
@@ -421,12 +422,14 @@ TEST(IndexerTest, ChunksAndDecodeSelectLikeOneShotPrefill) {
     EXPECT_EQ(begin, t);
     return all_topk;
   };
-  const auto one_shot = run({t});
+  const auto one_shot = run({t}, &pool);
   std::vector<int64_t> chunked = {37, 1, 1, 20};  // then one-token decode steps to the end
   for (int64_t p = 59; p < t; ++p) chunked.push_back(1);
-  const auto chunks = run(chunked);
+  const auto chunks = run(chunked, &pool);
   ASSERT_EQ(one_shot.size(), 4u);
   EXPECT_EQ(chunks, one_shot);
+  // One thread (no pool) gives the same lists as two.
+  EXPECT_EQ(run({t}, nullptr), one_shot);
 }
 
 TEST(IndexerTest, CreateRejectsALayerThatIsNotAnIndexSource) {
