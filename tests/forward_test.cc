@@ -16,17 +16,22 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "engram/hash_constants.h"
+#include "engram/row_ids.h"
+#include "engram/token_map.h"
 #include "model/weights.h"
+#include "text/tokenizer.h"
 #include "tiny/tiny_checkpoint.h"
 #include "tiny/tiny_presets.h"
 
 namespace dsv41 {
 namespace {
 
-constexpr int32_t kPromptTokens = 24;
+constexpr int32_t kPromptTokens = 30;
 
-// The `tiny` preset without Engram layers and with index_topk above every visible count of these
-// prompts, so the forward runs every attention mode without the Engram fusion and scoring indexer.
+// The `tiny` preset: every attention mode, Engram on two layers, sliding window 8, index_topk 4
+// and an active candidate filter, so these prompts exercise window wrap-around, the scoring
+// indexer with selection, and the Engram history across chunks.
 class ForwardTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -34,10 +39,6 @@ class ForwardTest : public ::testing::Test {
     std::filesystem::remove_all(*dir_);
     Result<TinySpec> spec = TinyPreset("tiny");
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-    spec->config.engram_layer_ids.clear();
-    spec->config.engram_num_embeddings.clear();
-    spec->config.index_topk = 32;
-    spec->config.candidate_topk_blocks = 17;
     spec->num_shards = 1;
     Result<TinyCheckpointSummary> written = WriteTinyCheckpoint(*spec, *dir_);
     ASSERT_TRUE(written.ok()) << written.status().ToString();
@@ -47,8 +48,20 @@ class ForwardTest : public ::testing::Test {
     Result<std::unique_ptr<TextModel>> model = TextModel::Load(*weights_);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = model->release();
+    Result<Tokenizer> tokenizer = Tokenizer::Load(*dir_ + "/tokenizer.json");
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+    Result<EngramTokenMap> map = BuildEngramTokenMap(*tokenizer);
+    ASSERT_TRUE(map.ok()) << map.status().ToString();
+    token_map_ = new EngramTokenMap(std::move(map).value());
+    Result<EngramHashConstants> constants =
+        ComputeEngramHashConstants(weights_->config(), *token_map_);
+    ASSERT_TRUE(constants.ok()) << constants.status().ToString();
+    ASSERT_GT(constants->num_layers(), 0);
+    constants_ = new EngramHashConstants(std::move(constants).value());
   }
   static void TearDownTestSuite() {
+    delete constants_;
+    delete token_map_;
     delete model_;
     delete weights_;
     std::filesystem::remove_all(*dir_);
@@ -61,6 +74,18 @@ class ForwardTest : public ::testing::Test {
     std::vector<int32_t> ids(n);
     for (int32_t& t : ids) t = id(rng);
     return ids;
+  }
+
+  // Appends the Engram rows of request tokens ids[start .. start + n − 1] (the request's whole
+  // token list is `ids`; only positions <= the current one are read) to batch.engram_rows.
+  static void AddEngramRows(const std::vector<int32_t>& ids, int32_t start, int32_t n,
+                            Batch& batch) {
+    std::vector<int32_t> classes(ids.size());
+    ASSERT_TRUE(MapTokensToEngramClasses(*token_map_, ids, classes).ok());
+    std::vector<int64_t> rows(static_cast<size_t>(n) * constants_->num_layers() *
+                              constants_->num_cols());
+    ComputeEngramRows(*constants_, classes, {}, start, n, rows);
+    batch.engram_rows.insert(batch.engram_rows.end(), rows.begin(), rows.end());
   }
 
   // Runs `ids` through one request in chunks of `chunk` tokens; returns every position's logits.
@@ -76,6 +101,7 @@ class ForwardTest : public ::testing::Test {
       batch.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
       batch.requests.push_back({.first_row = 0, .num_tokens = n, .start_pos = start});
       for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
+      AddEngramRows(ids, start, n, batch);
       std::vector<float> logits(static_cast<size_t>(n) * vocab);
       const Status s = model_->Forward(batch, caches, logits, pool);
       EXPECT_TRUE(s.ok()) << s.ToString();
@@ -91,16 +117,27 @@ class ForwardTest : public ::testing::Test {
   static std::string* dir_;
   static ModelWeights* weights_;
   static TextModel* model_;
+  static EngramTokenMap* token_map_;
+  static EngramHashConstants* constants_;
 };
 
 std::string* ForwardTest::dir_ = nullptr;
 ModelWeights* ForwardTest::weights_ = nullptr;
 TextModel* ForwardTest::model_ = nullptr;
+EngramTokenMap* ForwardTest::token_map_ = nullptr;
+EngramHashConstants* ForwardTest::constants_ = nullptr;
 
-TEST_F(ForwardTest, PlanHasEveryAttentionMode) {
+TEST_F(ForwardTest, PlanHasEveryAttentionModeAndEngram) {
   bool seen[4] = {};
-  for (const LayerRole& r : model_->plan().layers) seen[static_cast<int>(r.mode)] = true;
-  EXPECT_TRUE(seen[0] && seen[1] && seen[2] && seen[3]);
+  bool engram = false;
+  for (const LayerRole& r : model_->plan().layers) {
+    seen[static_cast<int>(r.mode)] = true;
+    engram = engram || r.has_engram();
+  }
+  EXPECT_TRUE(seen[0] && seen[1] && seen[2] && seen[3] && engram);
+  // Visible entries outgrow index_topk within the prompt, so the indexer selects.
+  EXPECT_LT(model_->config().index_topk, kPromptTokens / 2);
+  EXPECT_LT(model_->config().sliding_window, kPromptTokens);
 }
 
 TEST_F(ForwardTest, LogitsAreFiniteAndDependOnTheToken) {
@@ -150,6 +187,7 @@ TEST_F(ForwardTest, BatchOfTwoRequestsEqualsEachAlone) {
                                  ids->begin() + start + n);
           batch.requests.push_back({.first_row = first, .num_tokens = n, .start_pos = start});
           for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(first + r);
+          AddEngramRows(*ids, start, n, batch);
           caches.push_back(cache);
         }
         std::vector<float> logits(batch.logit_rows.size() * vocab);
@@ -178,6 +216,7 @@ TEST_F(ForwardTest, LogitRowsSelectRows) {
   batch.token_ids = ids;
   batch.requests.push_back({.first_row = 0, .num_tokens = 6, .start_pos = 0});
   batch.logit_rows = {5};
+  AddEngramRows(ids, 0, 6, batch);
   std::vector<float> last(vocab);
   ASSERT_TRUE(model_->Forward(batch, caches, last, nullptr).ok());
   EXPECT_TRUE(SameBits(last, std::vector<float>(all.end() - vocab, all.end())));
@@ -191,6 +230,7 @@ TEST_F(ForwardTest, RefusesMalformedBatches) {
   batch.token_ids = {5, 6};
   batch.requests.push_back({.first_row = 0, .num_tokens = 2, .start_pos = 3});  // cache is empty
   batch.logit_rows = {1};
+  AddEngramRows(batch.token_ids, 0, 2, batch);
   Status s = model_->Forward(batch, caches, logits, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("start position 3"), std::string::npos) << s.message();
@@ -204,6 +244,11 @@ TEST_F(ForwardTest, RefusesMalformedBatches) {
   EXPECT_EQ(model_->Forward(batch, caches, logits, nullptr).code(), StatusCode::kInvalidArgument);
 
   batch.logit_rows = {1};
+  const std::vector<int64_t> rows = batch.engram_rows;
+  batch.engram_rows.pop_back();  // one Engram row id short
+  EXPECT_EQ(model_->Forward(batch, caches, logits, nullptr).code(), StatusCode::kInvalidArgument);
+
+  batch.engram_rows = rows;
   batch.token_ids = {5, model_->vocab_size()};  // not a token id
   s = model_->Forward(batch, caches, logits, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);

@@ -28,15 +28,20 @@ Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights,
   const int64_t hidden = model->config_.hidden_size;
   for (const LayerRole& role : model->plan_.layers) {
     const std::string p = "layers." + std::to_string(role.layer);
-    if (role.has_engram()) {
-      return UnimplementedError("%s: Engram fusion (model.md §9.6) is not in this build yet",
-                                p.c_str());
-    }
     Layer layer;
     layer.role = role;
+    if (role.has_engram()) {
+      DSV41_ASSIGN_OR_RETURN(
+          EngramFusion engram,
+          EngramFusion::Load(weights, role.layer, EngramFusionOptions{options.reference_linear}));
+      layer.engram = std::make_unique<EngramFusion>(std::move(engram));
+    }
     DSV41_ASSIGN_OR_RETURN(layer.attention, dsv41::Attention::Create(weights, role.layer));
     if (role.is_kv_source) {
       DSV41_ASSIGN_OR_RETURN(layer.compressor, Compressor::Create(weights, p + ".attn", role));
+    }
+    if (role.is_index_source) {
+      DSV41_ASSIGN_OR_RETURN(layer.indexer, Indexer::Create(weights, role.layer));
     }
     DSV41_ASSIGN_OR_RETURN(Moe moe, Moe::Load(weights, p, MoeOptions{options.reference_linear}));
     layer.moe = std::make_unique<Moe>(std::move(moe));
@@ -107,34 +112,9 @@ Status TextModel::CheckBatch(const Batch& batch, std::span<RequestCaches* const>
   return Status();
 }
 
-namespace {
-
-// The compressed entries each new token of one request attends, as an index source publishes them
-// for its group (model.md §7.5 step 7): [num_tokens, per_token], ascending, −1 padded.
-struct TopKList {
-  std::vector<int32_t> entries;
-  int32_t per_token = 0;
-};
-
-// Top-k of model.md §7.5 while every token sees at most index_topk visible entries: the selection
-// is then every visible entry (the spec's exact short-context shortcut). Returns false when some
-// token sees more (the scoring indexer is needed).
-bool AllVisibleTopK(int32_t start_pos, int32_t num_tokens, int32_t ratio, int32_t index_topk,
-                    TopKList& out) {
-  out.per_token = index_topk;
-  out.entries.assign(static_cast<size_t>(num_tokens) * index_topk, -1);
-  for (int32_t t = 0; t < num_tokens; ++t) {
-    const int32_t visible = (start_pos + t + 1) / ratio;
-    if (visible > index_topk) return false;
-    for (int32_t j = 0; j < visible; ++j) out.entries[static_cast<size_t>(t) * index_topk + j] = j;
-  }
-  return true;
-}
-
-}  // namespace
-
 Status TextModel::Forward(const Batch& batch, std::span<RequestCaches* const> caches,
-                          std::span<float> logits_out, ThreadPool* pool) const {
+                          std::span<float> logits_out, ThreadPool* pool,
+                          ForwardTrace* trace) const {
   DSV41_RETURN_IF_ERROR(CheckBatch(batch, caches, logits_out.size()));
   const int64_t num_tokens = batch.num_tokens();
   const size_t dim = static_cast<size_t>(config_.hidden_size);
@@ -156,16 +136,28 @@ Status TextModel::Forward(const Batch& batch, std::span<RequestCaches* const> ca
   std::vector<float> sub_in(num_tokens * dim);
   std::vector<float> sub_out(num_tokens * dim);
   std::vector<float> pre(num_tokens * hc);
-  // Per-forward shared state (§7.10): the top-k lists of each index source, per request.
-  std::vector<std::vector<TopKList>> topk(layers_.size());
+  // Per-forward shared state (§7.10), per request.
+  std::vector<IndexerForwardState> index_state(num_requests);
+  std::vector<float> qr;
+  const size_t num_cols = static_cast<size_t>(config_.n_hash_cols());
+  const size_t num_engram = config_.engram_layer_ids.size();
+  std::vector<int64_t> layer_rows;
 
   for (const Layer& layer : layers_) {
     const LayerRole& role = layer.role;
+    if (layer.engram) {  // §3: Engram fuses into the streams before the block.
+      layer_rows.resize(num_tokens * num_cols);
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        const int64_t* src =
+            batch.engram_rows.data() + (t * num_engram + *role.engram_slot) * num_cols;
+        std::copy_n(src, num_cols, layer_rows.begin() + t * num_cols);
+      }
+      DSV41_RETURN_IF_ERROR(layer.engram->Forward(layer_rows, num_tokens, x, {}, pool));
+    }
     // §4.4: attention sublayer, collapsed with the incoming pre-mix.
     ComputeMixRows(x, num_tokens, layer.hc_attn, dims_, mix_attn, pool);
     HcPreRows(x, pi, num_tokens, sub_in);
     RmsNormRows(sub_in, num_tokens, layer.attn_norm, norm_eps_, sub_in);
-    if (role.is_index_source) topk[role.layer].resize(num_requests);
     for (size_t i = 0; i < num_requests; ++i) {
       const BatchRequest& r = batch.requests[i];
       RequestCaches& cache = *caches[i];
@@ -179,26 +171,21 @@ Status TextModel::Forward(const Batch& batch, std::span<RequestCaches* const> ca
           layer.compressor->Forward(xr, r.num_tokens, r.start_pos, cache.Compressed(role.layer),
                                     pool);
         }
-        if (role.is_index_source) {
-          TopKList& list = topk[role.layer][i];
-          if (!AllVisibleTopK(r.start_pos, r.num_tokens, role.ratio, config_.index_topk, list)) {
-            return UnimplementedError(
-                "layer %d: more than index_topk = %d visible entries need the scoring indexer "
-                "(model.md §7.5), not in this build yet",
-                role.layer, config_.index_topk);
-          }
+        const CompressedCache& keys = cache.Compressed(kv_source);
+        if (layer.indexer) {
+          qr.resize(static_cast<size_t>(r.num_tokens) * config_.q_lora_rank);
+          layer.indexer->QueryLatent(xr, r.num_tokens, qr, pool);
+          layer.indexer->Forward(xr, qr, r.num_tokens, r.start_pos, keys, index_state[i], pool);
         }
-        const int32_t index_source = *role.index_source_layer;
-        DSV41_CHECK(topk[index_source].size() == num_requests,
-                    "layer %d reads index source %d before it ran", role.layer, index_source);
-        const TopKList& list = topk[index_source][i];
-        selection.cache = &cache.Compressed(kv_source);
-        selection.entries = list.entries;
-        selection.per_token = list.per_token;
+        selection = index_state[i].SelectionFor(role, keys);
         selection_ptr = &selection;
       }
       layer.attention->Forward(xr, r.num_tokens, cache.Attention(role.layer), selection_ptr, outr,
                                pool);
+    }
+    if (trace) {
+      trace->attn_in.insert(trace->attn_in.end(), sub_in.begin(), sub_in.end());
+      trace->attn_out.insert(trace->attn_out.end(), sub_out.begin(), sub_out.end());
     }
     for (int64_t t = 0; t < num_tokens; ++t) {
       const std::span<float> xt(x.data() + t * stream, stream);
@@ -212,6 +199,10 @@ Status TextModel::Forward(const Batch& batch, std::span<RequestCaches* const> ca
     HcPreRows(x, pre, num_tokens, sub_in);
     RmsNormRows(sub_in, num_tokens, layer.ffn_norm, norm_eps_, sub_in);
     layer.moe->Forward(sub_in, num_tokens, sub_out, nullptr, pool);
+    if (trace) {
+      trace->ffn_in.insert(trace->ffn_in.end(), sub_in.begin(), sub_in.end());
+      trace->ffn_out.insert(trace->ffn_out.end(), sub_out.begin(), sub_out.end());
+    }
     for (int64_t t = 0; t < num_tokens; ++t) {
       const std::span<float> xt(x.data() + t * stream, stream);
       HcPost(std::span<const float>(sub_out).subspan(t * dim, dim), xt, mix_ffn[t], xt);

@@ -13,7 +13,9 @@
 #include "base/status.h"
 #include "model/attention.h"
 #include "model/compressor.h"
+#include "model/engram_fusion.h"
 #include "model/head.h"
+#include "model/indexer.h"
 #include "model/mhc.h"
 #include "model/moe.h"
 #include "model/norm.h"
@@ -79,6 +81,15 @@ struct Batch {
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
 };
 
+// Per-layer intermediates of one Forward, for golden comparisons and debugging (the goldens'
+// arrays of the same names), each [layers, T, hidden_size] in batch row order.
+struct ForwardTrace {
+  std::vector<float> attn_in;   // RMSNorm(attn_norm, hc_pre(X, pi_in))
+  std::vector<float> attn_out;  // the attention output
+  std::vector<float> ffn_in;    // RMSNorm(ffn_norm, hc_pre(X, preA))
+  std::vector<float> ffn_out;   // the MoE output
+};
+
 struct TextModelOptions {
   // Every weight product through LinearRef (exact accumulation): reproduces the goldens bit for
   // bit, slowly. The fast path differs only by the accumulation order §12.8 item 1 leaves free.
@@ -90,8 +101,8 @@ struct TextModelOptions {
 class TextModel {
  public:
   // Builds every layer's modules as its role in the plan says (attention; compressor on kv
-  // sources; MoE; mHC sites; norms). Errors name the tensor; Unimplemented for a part of the plan
-  // this build cannot run yet (named).
+  // sources; indexer on index sources; Engram fusion on Engram layers; MoE; mHC sites; norms).
+  // Errors name the tensor.
   static Result<std::unique_ptr<TextModel>> Load(const ModelWeights& weights,
                                                  const TextModelOptions& options = {});
 
@@ -107,13 +118,16 @@ class TextModel {
   // malformed batch: rows not covering the tokens, a start_pos that does not continue the caches,
   // a token id outside the vocabulary, missing Engram rows. `pool` may be null.
   Status Forward(const Batch& batch, std::span<RequestCaches* const> caches,
-                 std::span<float> logits_out, ThreadPool* pool) const;
+                 std::span<float> logits_out, ThreadPool* pool,
+                 ForwardTrace* trace = nullptr) const;
 
  private:
   struct Layer {
     LayerRole role;
     std::unique_ptr<dsv41::Attention> attention;
     std::unique_ptr<Compressor> compressor;  // kv sources only
+    std::unique_ptr<Indexer> indexer;        // index sources only
+    std::unique_ptr<EngramFusion> engram;    // Engram layers only
     std::unique_ptr<Moe> moe;
     MhcWeights hc_attn;
     MhcWeights hc_ffn;

@@ -1,0 +1,228 @@
+// The whole text forward against the model goldens (goldens/model/README.md "How to compare"):
+// every prompt position's logits after a one-shot prefill (reference Linear: exact accumulation,
+// as the goldens) within 1e-3 at stable positions
+// (stability_gemm32 <= 1e-4), and the greedy continuation, decoded token by token, equal over
+// the noise-stable prefix (diagnostics.json greedy_stable_prefix_gemm32). Engram row ids come from
+// engram/ (the golden token map and the config's hash constants), as a driver computes them.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/json.h"
+#include "base/npy.h"
+#include "base/thread_pool.h"
+#include "engram/hash_constants.h"
+#include "engram/row_ids.h"
+#include "engram/token_map.h"
+#include "model/forward.h"
+#include "model/weights.h"
+
+namespace dsv41 {
+namespace {
+
+const std::string kGoldens = std::string(DSV41_SHARED_DIR) + "/goldens/model";
+
+struct GoldenCase {
+  const char* model;
+  const char* prompt;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<GoldenCase>& info) {
+  std::string name = std::string(info.param.model) + "_" + info.param.prompt;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  Result<NpyArray> a = ReadNpy(path);
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  return a.ok() ? a->ToFloat() : std::vector<float>();
+}
+
+std::vector<int64_t> ReadInts(const std::string& path) {
+  Result<NpyArray> a = ReadNpy(path);
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  return a.ok() ? a->ToInt64() : std::vector<int64_t>();
+}
+
+// One request fed through the model, with its Engram history (class ids by absolute position).
+class Session {
+ public:
+  Session(const TextModel& model, const EngramTokenMap& map, const EngramHashConstants& constants)
+      : model_(model), map_(map), constants_(constants), cache_(model.NewCaches()) {}
+
+  // Feeds `ids` as one chunk; returns the logits of every fed position [n, vocab].
+  std::vector<float> Feed(const std::vector<int32_t>& ids, ThreadPool* pool,
+                          ForwardTrace* trace = nullptr) {
+    const int32_t n = static_cast<int32_t>(ids.size());
+    const int32_t start = cache_->num_positions();
+    Batch batch;
+    batch.token_ids = ids;
+    batch.requests.push_back({.first_row = 0, .num_tokens = n, .start_pos = start});
+    for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
+    if (constants_.num_layers() > 0) {
+      std::vector<int32_t> classes(ids.size());
+      EXPECT_TRUE(MapTokensToEngramClasses(map_, ids, classes).ok());
+      class_ids_.insert(class_ids_.end(), classes.begin(), classes.end());
+      batch.engram_rows.resize(static_cast<size_t>(n) * constants_.num_layers() *
+                               constants_.num_cols());
+      ComputeEngramRows(constants_, class_ids_, {}, start, n, batch.engram_rows);
+      rows_.insert(rows_.end(), batch.engram_rows.begin(), batch.engram_rows.end());
+    }
+    std::vector<float> logits(static_cast<size_t>(n) * model_.vocab_size());
+    RequestCaches* caches[] = {cache_.get()};
+    const Status s = model_.Forward(batch, caches, logits, pool, trace);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return logits;
+  }
+
+  // Every Engram row id fed so far [positions, layers, cols].
+  const std::vector<int64_t>& rows() const { return rows_; }
+
+ private:
+  const TextModel& model_;
+  const EngramTokenMap& map_;
+  const EngramHashConstants& constants_;
+  std::unique_ptr<RequestCaches> cache_;
+  std::vector<int32_t> class_ids_;
+  std::vector<int64_t> rows_;
+};
+
+int32_t Argmax(const float* row, int32_t n) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i) {
+    if (row[i] > row[best]) best = i;  // the lowest id wins ties
+  }
+  return best;
+}
+
+class GoldenLogitsTest : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(GoldenLogitsTest, PrefillLogitsAndGreedyContinuationMatch) {
+  const std::string model_dir = kGoldens + "/checkpoints/" + GetParam().model;
+  const std::string config_dir = kGoldens + "/cases/" + GetParam().model;
+  const std::string case_dir = config_dir + "/" + GetParam().prompt;
+
+  Result<ModelWeights> weights =
+      ModelWeights::Load(model_dir, LoadOptions{.include_dspark = false});
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  Result<std::unique_ptr<TextModel>> model =
+      TextModel::Load(*weights, TextModelOptions{.reference_linear = true});
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const int32_t vocab = (*model)->vocab_size();
+
+  EngramTokenMap map;
+  for (int64_t c : ReadInts(config_dir + "/engram_token_map.npy")) {
+    map.class_of_token.push_back(static_cast<int32_t>(c));
+    map.num_classes = std::max(map.num_classes, static_cast<int32_t>(c) + 1);
+  }
+  Result<EngramHashConstants> constants = ComputeEngramHashConstants(weights->config(), map);
+  ASSERT_TRUE(constants.ok()) << constants.status().ToString();
+
+  std::vector<int32_t> prompt;
+  for (int64_t id : ReadInts(case_dir + "/input_ids.npy"))
+    prompt.push_back(static_cast<int32_t>(id));
+  const std::vector<float> want = ReadFloats(case_dir + "/logits.npy");
+  const std::vector<float> stability = ReadFloats(case_dir + "/stability_gemm32.npy");
+  const int32_t num_prompt = static_cast<int32_t>(prompt.size());
+  ASSERT_EQ(want.size(), static_cast<size_t>(num_prompt) * vocab);
+  ASSERT_EQ(stability.size(), prompt.size());
+
+  ThreadPool pool(2);
+  Session session(**model, map, *constants);
+  ForwardTrace trace;
+  const std::vector<float> got = session.Feed(prompt, &pool, &trace);
+  // The first layer whose intermediate differs at a stable position names the module to look at
+  // (README); printed only.
+  for (const char* name : {"attn_in", "attn_out", "ffn_in", "ffn_out"}) {
+    const std::vector<float>& mine = name == std::string("attn_in")    ? trace.attn_in
+                                     : name == std::string("attn_out") ? trace.attn_out
+                                     : name == std::string("ffn_in")   ? trace.ffn_in
+                                                                       : trace.ffn_out;
+    const std::vector<float> golden = ReadFloats(case_dir + "/" + name + ".npy");
+    ASSERT_EQ(mine.size(), golden.size()) << name;
+    const size_t per_layer = golden.size() / (*model)->plan().layers.size();
+    for (size_t l = 0; l * per_layer < golden.size(); ++l) {
+      double err = 0;
+      for (size_t i = l * per_layer; i < (l + 1) * per_layer; ++i) {
+        const size_t pos = (i - l * per_layer) / (per_layer / prompt.size());
+        if (stability[pos] > 1e-4f) continue;
+        err = std::max(err, static_cast<double>(std::fabs(mine[i] - golden[i])));
+      }
+      if (err > 1e-3) {
+        std::printf("  %s: layer %zu differs by %.3g\n", name, l, err);
+        break;
+      }
+    }
+  }
+  ASSERT_EQ(got.size(), want.size());
+  const std::vector<int64_t> want_rows = ReadInts(case_dir + "/engram_hash.npy");
+  ASSERT_GE(want_rows.size(), session.rows().size());
+  EXPECT_TRUE(std::equal(session.rows().begin(), session.rows().end(), want_rows.begin()))
+      << "Engram row ids of the prompt";
+  double max_err = 0;
+  int32_t num_stable = 0;
+  for (int32_t p = 0; p < num_prompt; ++p) {
+    if (stability[p] > 1e-4f) continue;
+    ++num_stable;
+    for (int32_t v = 0; v < vocab; ++v) {
+      const size_t i = static_cast<size_t>(p) * vocab + v;
+      max_err = std::max(max_err, static_cast<double>(std::fabs(got[i] - want[i])));
+    }
+  }
+  std::printf("[ %s/%s ] max |logit - golden| = %.3g over %d of %d stable positions\n",
+              GetParam().model, GetParam().prompt, max_err, num_stable, num_prompt);
+  EXPECT_LE(max_err, 1e-3);
+
+  // The fast Linear path: differs only by the weight-GEMM accumulation order (§12.8 item 1).
+  {
+    Result<std::unique_ptr<TextModel>> fast = TextModel::Load(*weights);
+    ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+    Session fast_session(**fast, map, *constants);
+    const std::vector<float> fast_got = fast_session.Feed(prompt, &pool);
+    double fast_err = 0;
+    for (int32_t p = 0; p < num_prompt; ++p) {
+      if (stability[p] > 1e-4f) continue;
+      for (int32_t v = 0; v < vocab; ++v) {
+        const size_t i = static_cast<size_t>(p) * vocab + v;
+        fast_err = std::max(fast_err, static_cast<double>(std::fabs(fast_got[i] - want[i])));
+      }
+    }
+    std::printf("[ %s/%s ] fast Linear path: max |logit - golden| = %.3g (stable positions)\n",
+                GetParam().model, GetParam().prompt, fast_err);
+  }
+
+  // Greedy continuation: argmax (lowest id on ties), EOS does not stop, token by token.
+  Result<Json> diagnostics = ReadJsonFile(case_dir + "/diagnostics.json");
+  ASSERT_TRUE(diagnostics.ok()) << diagnostics.status().ToString();
+  const int32_t stable_prefix = (*diagnostics)["greedy_stable_prefix_gemm32"].get<int32_t>();
+  const std::vector<int64_t> want_greedy = ReadInts(case_dir + "/greedy_ids.npy");
+  std::vector<int32_t> greedy;
+  std::vector<float> last(got.end() - vocab, got.end());
+  for (int32_t k = 0; k < stable_prefix; ++k) {
+    greedy.push_back(Argmax(last.data(), vocab));
+    if (k + 1 < stable_prefix) last = session.Feed({greedy.back()}, &pool);
+  }
+  std::vector<int64_t> want_prefix(want_greedy.begin(), want_greedy.begin() + stable_prefix);
+  EXPECT_EQ(std::vector<int64_t>(greedy.begin(), greedy.end()), want_prefix)
+      << "over the stable prefix of " << stable_prefix << " tokens";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllCases, GoldenLogitsTest,
+    ::testing::Values(GoldenCase{"tiny-a", "chat5"}, GoldenCase{"tiny-a", "mix40"},
+                      GoldenCase{"tiny-a", "long120"}, GoldenCase{"tiny-b", "chat5"},
+                      GoldenCase{"tiny-b", "mix40"}, GoldenCase{"tiny-b", "long120"},
+                      GoldenCase{"tiny-c", "chat5"}, GoldenCase{"tiny-c", "mix40"},
+                      GoldenCase{"tiny-c", "long120"}),
+    CaseName);
+
+}  // namespace
+}  // namespace dsv41
