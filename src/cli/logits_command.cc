@@ -1,0 +1,131 @@
+// `dsv41 logits`: the logits of every position of a prompt (token ids or text), as a float32 .npy
+// [positions, vocab] and/or the top-k ids and values of each position as JSON lines.
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/json.h"
+#include "base/npy.h"
+#include "cli/command.h"
+#include "cli/text_session.h"
+
+namespace dsv41 {
+namespace {
+
+struct LogitsFlags {
+  std::string model_dir;
+  std::string ids;
+  std::string prompt;
+  int32_t chunk = 0;
+  std::string out;
+  int32_t top_k = 0;
+  int threads = 0;
+};
+
+bool ParseIds(const std::string& text, std::vector<int32_t>& ids) {
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    int32_t v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || end != item.data() + item.size()) return false;
+    ids.push_back(v);
+  }
+  return !ids.empty();
+}
+
+int RunLogits(const LogitsFlags& flags) {
+  if (flags.ids.empty() == flags.prompt.empty()) {
+    std::fprintf(stderr, "dsv41 logits: give exactly one of --ids and --prompt\n");
+    return 2;
+  }
+  std::vector<int32_t> ids;
+  if (!flags.ids.empty() && !ParseIds(flags.ids, ids)) {
+    std::fprintf(stderr, "dsv41 logits: --ids: want comma-separated token ids, got '%s'\n",
+                 flags.ids.c_str());
+    return 2;
+  }
+  if (flags.out.empty() && flags.top_k <= 0) {
+    std::fprintf(stderr, "dsv41 logits: give --out FILE.npy and/or --top-k K\n");
+    return 2;
+  }
+  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir);
+  if (!m.ok()) {
+    std::fprintf(stderr, "dsv41 logits: %s\n", m.status().ToString().c_str());
+    return 1;
+  }
+  if (!flags.prompt.empty()) {
+    Result<std::vector<int32_t>> encoded = m->tokenizer->Encode(flags.prompt);
+    if (!encoded.ok()) {
+      std::fprintf(stderr, "dsv41 logits: %s\n", encoded.status().ToString().c_str());
+      return 1;
+    }
+    ids = std::move(encoded).value();
+  }
+  ThreadPool pool(flags.threads > 0 ? flags.threads
+                                    : std::max(1u, std::thread::hardware_concurrency()));
+  TextRequest request(*m);
+  Result<std::vector<float>> logits = request.Feed(ids, flags.chunk, /*all_logits=*/true, &pool);
+  if (!logits.ok()) {
+    std::fprintf(stderr, "dsv41 logits: %s\n", logits.status().ToString().c_str());
+    return 1;
+  }
+  const int32_t vocab = m->model->vocab_size();
+  const int64_t positions = static_cast<int64_t>(ids.size());
+  if (!flags.out.empty()) {
+    const int64_t shape[] = {positions, vocab};
+    const Status s = WriteNpyFloat32(flags.out, *logits, shape);
+    if (!s.ok()) {
+      std::fprintf(stderr, "dsv41 logits: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  if (flags.top_k > 0) {
+    const int32_t k = std::min(flags.top_k, vocab);
+    std::vector<int32_t> order(vocab);
+    for (int64_t p = 0; p < positions; ++p) {
+      const float* row = logits->data() + p * vocab;
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [row](int32_t a, int32_t b) {
+        return row[a] > row[b] || (row[a] == row[b] && a < b);
+      });
+      OrderedJson line;
+      line["pos"] = p;
+      line["token"] = ids[p];
+      line["ids"] = std::vector<int32_t>(order.begin(), order.begin() + k);
+      std::vector<float> values;
+      for (int32_t i = 0; i < k; ++i) values.push_back(row[order[i]]);
+      line["values"] = values;
+      std::printf("%s\n", line.dump().c_str());
+    }
+  }
+  return 0;
+}
+
+std::function<int()> SetupLogits(CLI::App& sub) {
+  auto flags = std::make_shared<LogitsFlags>();
+  sub.add_option("-m,--model", flags->model_dir, "model directory")->required();
+  sub.add_option("--ids", flags->ids, "comma-separated prompt token ids");
+  sub.add_option("--prompt", flags->prompt, "prompt text (tokenized, no chat template)");
+  sub.add_option("--chunk", flags->chunk, "prefill chunk size in tokens (0: one chunk)")
+      ->capture_default_str();
+  sub.add_option("--out", flags->out, "write the logits [positions, vocab] as float32 .npy");
+  sub.add_option("--top-k", flags->top_k, "print the top K ids and values of each position")
+      ->capture_default_str();
+  sub.add_option("-t,--threads", flags->threads, "compute threads (0: all cores)")
+      ->capture_default_str();
+  return [flags] { return RunLogits(*flags); };
+}
+
+DSV41_REGISTER_COMMAND(kLogitsCommand, "logits",
+                       "print or save the logits of every prompt position", SetupLogits);
+
+}  // namespace
+}  // namespace dsv41
