@@ -39,7 +39,43 @@ void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, s
 // Floor division (model.md §7.5: (0 − 1) // 8 = −1).
 int32_t FloorDiv(int32_t a, int32_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
+// Entries scored per ParallelFor item (decode has one token but many entries).
+constexpr int32_t kScoreEntryBlock = 256;
+
+// Σ a[i]·b[i] (Σ a[i] when b is null): see IndexerExactDot.
+float CheckedExactDot(const float* a, const float* b, int64_t n) {
+  double sum = -0.0;
+  bool exact = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const double term = b != nullptr ? static_cast<double>(a[i]) * static_cast<double>(b[i]) : a[i];
+    const double next = sum + term;
+    const double term_part = next - sum;
+    const double err = (sum - (next - term_part)) + (term - term_part);
+    exact = exact && err == 0.0;
+    sum = next;
+  }
+  if (exact) return static_cast<float>(sum);
+  ExactAccumulator acc;
+  for (int64_t i = 0; i < n; ++i) {
+    if (b != nullptr) {
+      acc.AddProduct(a[i], b[i]);
+    } else {
+      acc.Add(a[i]);
+    }
+  }
+  return acc.Round();
+}
+
 }  // namespace
+
+float IndexerExactDot(std::span<const float> a, std::span<const float> b) {
+  DSV41_CHECK(a.size() == b.size(), "a %zu, b %zu", a.size(), b.size());
+  return CheckedExactDot(a.data(), b.data(), static_cast<int64_t>(a.size()));
+}
+
+float IndexerExactSum(std::span<const float> a) {
+  return CheckedExactDot(a.data(), nullptr, static_cast<int64_t>(a.size()));
+}
 
 std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k) {
   const int32_t n = static_cast<int32_t>(scores.size());
@@ -180,28 +216,33 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr, int32
   LinearBf16(weights_proj_, x, t_count, w, pool);
   for (float& v : w) v = Bf16Round(v * weight_scale_);
 
-  // Steps 3–4: score[t, n] over the visible entries, −inf elsewhere.
+  // Steps 3–4: score[t, n] over the visible entries, −inf elsewhere. Items are (token, block of
+  // kScoreEntryBlock entries); each score is computed by one item, so the split never matters.
   std::vector<float> scores(t_count * static_cast<int64_t>(n), -kInf);
-  auto score_rows = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+  const int64_t entry_blocks = (n + kScoreEntryBlock - 1) / kScoreEntryBlock;
+  auto score_items = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
     std::vector<float> terms(num_heads);
-    for (int64_t t = begin; t < end; ++t) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / entry_blocks;
       const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
-      for (int32_t e = 0; e < visible; ++e) {
-        std::span<const float> k = keys.IndexK(e);
+      const int32_t e_begin = static_cast<int32_t>(item % entry_blocks) * kScoreEntryBlock;
+      const int32_t e_end = std::min(visible, e_begin + kScoreEntryBlock);
+      for (int32_t e = e_begin; e < e_end; ++e) {
+        const float* k = keys.IndexK(e).data();
         for (int64_t h = 0; h < num_heads; ++h) {
-          const float dot = Bf16Round(ExactDot(
-              std::span<const float>(qi).subspan((t * num_heads + h) * head_dim, head_dim), k));
+          const float dot =
+              Bf16Round(CheckedExactDot(qi.data() + (t * num_heads + h) * head_dim, k, head_dim));
           const float relu = dot > 0.0f ? dot : 0.0f;
           terms[h] = Bf16Round(w[t * num_heads + h] * relu);
         }
-        scores[t * n + e] = Bf16Round(ExactSum(terms));
+        scores[t * n + e] = Bf16Round(CheckedExactDot(terms.data(), nullptr, num_heads));
       }
     }
   };
   if (pool != nullptr) {
-    pool->ParallelFor(t_count, 1, score_rows);
+    pool->ParallelFor(t_count * entry_blocks, 1, score_items);
   } else {
-    score_rows(0, t_count, 0);
+    score_items(0, t_count * entry_blocks, 0);
   }
 
   // Step 5: the candidate level.
