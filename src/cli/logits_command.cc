@@ -27,6 +27,7 @@ struct LogitsFlags {
   std::string out;
   int32_t top_k = 0;
   int threads = 0;
+  bool reference_linear = false;
 };
 
 bool ParseIds(const std::string& text, std::vector<int32_t>& ids) {
@@ -56,7 +57,8 @@ int RunLogits(const LogitsFlags& flags) {
     std::fprintf(stderr, "dsv41 logits: give --out FILE.npy and/or --top-k K\n");
     return 2;
   }
-  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir);
+  Result<LoadedTextModel> m = LoadedTextModel::Load(
+      flags.model_dir, TextModelOptions{.reference_linear = flags.reference_linear});
   if (!m.ok()) {
     std::fprintf(stderr, "dsv41 logits: %s\n", m.status().ToString().c_str());
     return 1;
@@ -121,6 +123,8 @@ std::function<int()> SetupLogits(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("-t,--threads", flags->threads, "compute threads (0: all cores)")
       ->capture_default_str();
+  sub.add_flag("--reference-linear", flags->reference_linear,
+               "MoE and Engram products through the exact reference Linear (slow; the goldens')");
   return [flags] { return RunLogits(*flags); };
 }
 
