@@ -249,6 +249,12 @@ TEST_F(ForwardTest, RefusesMalformedBatches) {
   EXPECT_EQ(model_->Forward(batch, caches, logits, nullptr).code(), StatusCode::kInvalidArgument);
 
   batch.engram_rows = rows;
+  batch.engram_rows[3] = -1;  // not a table row
+  s = model_->Forward(batch, caches, logits, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("Engram row id -1"), std::string::npos) << s.message();
+
+  batch.engram_rows = rows;
   batch.token_ids = {5, model_->vocab_size()};  // not a token id
   s = model_->Forward(batch, caches, logits, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);

@@ -97,6 +97,24 @@ Status TextModel::CheckBatch(const Batch& batch, std::span<RequestCaches* const>
     return InvalidArgumentError("batch: %zu Engram row ids, want %zu", batch.engram_rows.size(),
                                 want_rows);
   }
+  // Row ids are checked up front so a bad one fails the step before any cache changes.
+  for (const Layer& layer : layers_) {
+    if (!layer.engram) continue;
+    const int64_t num_rows = layer.engram->resident_rows().num_rows();
+    const int32_t slot = *layer.role.engram_slot;
+    for (int32_t t = 0; t < num_tokens; ++t) {
+      for (int32_t c = 0; c < config_.n_hash_cols(); ++c) {
+        const int64_t row =
+            batch.engram_rows[(static_cast<size_t>(t) * num_engram + slot) * config_.n_hash_cols() +
+                              c];
+        if (row < 0 || row >= num_rows) {
+          return InvalidArgumentError(
+              "batch row %d: Engram row id %lld of layer %d outside [0, %lld)", t,
+              static_cast<long long>(row), layer.role.layer, static_cast<long long>(num_rows));
+        }
+      }
+    }
+  }
   int32_t prev = -1;
   for (int32_t r : batch.logit_rows) {
     if (r <= prev || r >= num_tokens) {
