@@ -101,33 +101,6 @@ Result<LinearWeight> SliceRows(const LinearWeight& w, int64_t row_begin, int64_t
   return InternalError("'%s': unknown weight format", name.c_str());
 }
 
-// fp32(Σ_i a[i]·b[i·b_stride]) with the products and the sum exact and one rounding: the same value
-// as ExactDot (model.md §12.8 item 2), faster in the common case. Products of two fp32 values are
-// exact in double; the double running sum is checked at every step with Knuth's TwoSum, and when
-// no step rounded the double sum is exact and one conversion rounds it correctly. Otherwise (or
-// on a non-finite term, whose TwoSum error is NaN) the ExactAccumulator recomputes it. Starting
-// from −0 gives its signed-zero rule too: −0 only when every term is −0.
-float CheckedExactDot(const float* a, const float* const* b, size_t b_offset, size_t n,
-                      const float* b_contiguous) {
-  double sum = -0.0;
-  bool exact = true;
-  for (size_t i = 0; i < n; ++i) {
-    const float bi = b_contiguous != nullptr ? b_contiguous[i] : b[i][b_offset];
-    const double term = static_cast<double>(a[i]) * static_cast<double>(bi);
-    const double next = sum + term;
-    const double term_part = next - sum;
-    const double err = (sum - (next - term_part)) + (term - term_part);
-    exact = exact && err == 0.0;
-    sum = next;
-  }
-  if (exact) return static_cast<float>(sum);
-  ExactAccumulator acc;
-  for (size_t i = 0; i < n; ++i) {
-    acc.AddProduct(a[i], b_contiguous != nullptr ? b_contiguous[i] : b[i][b_offset]);
-  }
-  return acc.Round();
-}
-
 }  // namespace
 
 void SinkAttention(std::span<const float> q, std::span<const float* const> keys, float sink,
@@ -148,7 +121,7 @@ void SinkAttention(std::span<const float> q, std::span<const float* const> keys,
     const size_t n = std::min<size_t>(kAttentionKeyBlock, keys.size() - begin);
     float block_max = -INFINITY;
     for (size_t k = 0; k < n; ++k) {
-      scores[k] = CheckedExactDot(q.data(), nullptr, 0, dim, keys[begin + k]) * scale;
+      scores[k] = ExactDot(q, std::span<const float>(keys[begin + k], dim)) * scale;
       block_max = std::max(block_max, scores[k]);
     }
     const float m_new = std::max(m, block_max);
@@ -157,7 +130,8 @@ void SinkAttention(std::span<const float> q, std::span<const float* const> keys,
     den = den * alpha + ExactSum(std::span<const float>(probs, n));
     for (size_t k = 0; k < n; ++k) probs_bf16[k] = Bf16Round(probs[k]);
     for (size_t d = 0; d < dim; ++d) {
-      const float pv = CheckedExactDot(probs_bf16, keys.data() + begin, d, n, nullptr);
+      const float pv = ExactDotColumn(std::span<const float>(probs_bf16, n),
+                                      std::span<const float* const>(keys.data() + begin, n), d);
       acc[d] = acc[d] * alpha + pv;
     }
     m = m_new;

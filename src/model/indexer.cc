@@ -42,40 +42,7 @@ int32_t FloorDiv(int32_t a, int32_t b) { return a >= 0 ? a / b : -((-a + b - 1) 
 // Entries scored per ParallelFor item (decode has one token but many entries).
 constexpr int32_t kScoreEntryBlock = 256;
 
-// Σ a[i]·b[i] (Σ a[i] when b is null): see IndexerExactDot.
-float CheckedExactDot(const float* a, const float* b, int64_t n) {
-  double sum = -0.0;
-  bool exact = true;
-  for (int64_t i = 0; i < n; ++i) {
-    const double term = b != nullptr ? static_cast<double>(a[i]) * static_cast<double>(b[i]) : a[i];
-    const double next = sum + term;
-    const double term_part = next - sum;
-    const double err = (sum - (next - term_part)) + (term - term_part);
-    exact = exact && err == 0.0;
-    sum = next;
-  }
-  if (exact) return static_cast<float>(sum);
-  ExactAccumulator acc;
-  for (int64_t i = 0; i < n; ++i) {
-    if (b != nullptr) {
-      acc.AddProduct(a[i], b[i]);
-    } else {
-      acc.Add(a[i]);
-    }
-  }
-  return acc.Round();
-}
-
 }  // namespace
-
-float IndexerExactDot(std::span<const float> a, std::span<const float> b) {
-  DSV41_CHECK(a.size() == b.size(), "a %zu, b %zu", a.size(), b.size());
-  return CheckedExactDot(a.data(), b.data(), static_cast<int64_t>(a.size()));
-}
-
-float IndexerExactSum(std::span<const float> a) {
-  return CheckedExactDot(a.data(), nullptr, static_cast<int64_t>(a.size()));
-}
 
 std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k) {
   const int32_t n = static_cast<int32_t>(scores.size());
@@ -231,11 +198,14 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr, int32
         const float* k = keys.IndexK(e).data();
         for (int64_t h = 0; h < num_heads; ++h) {
           const float dot =
-              Bf16Round(CheckedExactDot(qi.data() + (t * num_heads + h) * head_dim, k, head_dim));
+              Bf16Round(ExactDot(std::span<const float>(qi.data() + (t * num_heads + h) * head_dim,
+                                                        static_cast<size_t>(head_dim)),
+                                 std::span<const float>(k, static_cast<size_t>(head_dim))));
           const float relu = dot > 0.0f ? dot : 0.0f;
           terms[h] = Bf16Round(w[t * num_heads + h] * relu);
         }
-        scores[t * n + e] = Bf16Round(CheckedExactDot(terms.data(), nullptr, num_heads));
+        scores[t * n + e] = Bf16Round(
+            ExactSum(std::span<const float>(terms.data(), static_cast<size_t>(num_heads))));
       }
     }
   };

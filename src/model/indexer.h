@@ -28,16 +28,6 @@ namespace dsv41 {
 class ModelWeights;
 class ThreadPool;
 
-// fp32 of the exact Σ a[i]·b[i] (IndexerExactSum: Σ a[i]), one rounding: the value of ExactDot /
-// ExactSum (model.md §12.8 item 2; the indexer's per-head q·k and head sum), faster in the
-// common case. Products of fp32 values are exact in double; the double running sum is checked
-// with TwoSum at every step, and when no step rounded, one conversion rounds the exact sum
-// correctly; otherwise (or on a non-finite term, whose TwoSum error is NaN) the exact
-// accumulator recomputes it. The indexer's operands (fq4 values: e2m1 codes times one power of
-// two per 32 dims; bf16 head terms) almost always take the fast path. a.size() == b.size().
-float IndexerExactDot(std::span<const float> a, std::span<const float> b);
-float IndexerExactSum(std::span<const float> a);
-
 // The indices of the min(k, scores.size()) highest scores, ties to the lower index (model.md §7.5
 // step 6 and the candidate blocks' rule), returned in ascending index order. −inf scores are
 // ordinary values (they lose to every finite score and tie among themselves). NaN is not allowed.

@@ -180,17 +180,52 @@ float ExactAccumulator::RoundDividedBy(uint64_t n) const {
   return RoundMagnitude(m, remainder != 0, negative);
 }
 
-float ExactSum(std::span<const float> x) {
+namespace {
+// Σ term(i) for i < n exactly, one rounding; term(i) is a double that is exact (an fp32 value or
+// the product of two). The double running sum is checked at every step with Knuth's TwoSum. When
+// no step rounded, the double sum is the exact sum and one conversion rounds it correctly;
+// otherwise (or on a non-finite term, whose TwoSum error is NaN) `exact_fallback` recomputes it
+// with the ExactAccumulator. Starting from −0 keeps the signed-zero rule: −0 only when every (of
+// at least one) term is −0.
+template <typename TermFn, typename FallbackFn>
+float CheckedExactSum(size_t n, const TermFn& term, const FallbackFn& exact_fallback) {
+  if (n == 0) return 0.0f;  // the empty sum is +0
+  double sum = -0.0;
+  bool exact = true;
+  for (size_t i = 0; i < n; ++i) {
+    const double t = term(i);
+    const double next = sum + t;
+    const double t_part = next - sum;
+    const double err = (sum - (next - t_part)) + (t - t_part);
+    exact = exact && err == 0.0;
+    sum = next;
+  }
+  if (exact) return static_cast<float>(sum);
   ExactAccumulator acc;
-  for (const float v : x) acc.Add(v);
+  for (size_t i = 0; i < n; ++i) exact_fallback(acc, i);
   return acc.Round();
+}
+}  // namespace
+
+float ExactSum(std::span<const float> x) {
+  return CheckedExactSum(
+      x.size(), [&](size_t i) { return static_cast<double>(x[i]); },
+      [&](ExactAccumulator& acc, size_t i) { acc.Add(x[i]); });
 }
 
 float ExactDot(std::span<const float> a, std::span<const float> b) {
   DSV41_CHECK(a.size() == b.size(), "dot of %zu and %zu values", a.size(), b.size());
-  ExactAccumulator acc;
-  for (size_t i = 0; i < a.size(); ++i) acc.AddProduct(a[i], b[i]);
-  return acc.Round();
+  return CheckedExactSum(
+      a.size(), [&](size_t i) { return static_cast<double>(a[i]) * static_cast<double>(b[i]); },
+      [&](ExactAccumulator& acc, size_t i) { acc.AddProduct(a[i], b[i]); });
+}
+
+float ExactDotColumn(std::span<const float> a, std::span<const float* const> rows, size_t column) {
+  DSV41_CHECK(a.size() == rows.size(), "dot of %zu values and %zu rows", a.size(), rows.size());
+  return CheckedExactSum(
+      a.size(),
+      [&](size_t i) { return static_cast<double>(a[i]) * static_cast<double>(rows[i][column]); },
+      [&](ExactAccumulator& acc, size_t i) { acc.AddProduct(a[i], rows[i][column]); });
 }
 
 float ExactMeanSquare(std::span<const float> x) {

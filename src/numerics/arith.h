@@ -62,6 +62,9 @@ class ExactAccumulator {
 float ExactSum(std::span<const float> x);
 // fp32(Σ a[i]·b[i]), products and sum exact, one rounding. a.size() == b.size() (checked).
 float ExactDot(std::span<const float> a, std::span<const float> b);
+// ExactDot of `a` with column `column` of the rows `rows[i]` (Σ a[i]·rows[i][column]): the value
+// product of attention over cached rows, without gathering the column.
+float ExactDotColumn(std::span<const float> a, std::span<const float* const> rows, size_t column);
 // The mean of squares of RMSNorm and the other norm statistics (§12.8 item 2):
 // fp32( (Σ fp32(x[i]·x[i])) / n ) — each square is rounded to fp32, the sum of those and the
 // division by n are exact, and the quotient is rounded once. x must not be empty (checked).

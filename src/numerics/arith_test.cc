@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -517,6 +518,84 @@ TEST(ElementaryTest, SigmoidAndSiluRoundThreeTimes) {
   EXPECT_EQ(Silu(100.0f), 100.0f);
   EXPECT_EQ(Bits(Silu(-100.0f)), Bits(-0.0f));
   EXPECT_EQ(Bits(Silu(-1000.0f)), Bits(-0.0f));  // -1000 / inf
+}
+
+// ExactDot / ExactSum take a checked double fast path; they must equal the accumulator bit for bit.
+
+TEST(ExactDotFastPathTest, EqualsExactDotOnRandomWideAndCancellingInputs) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> exponent(-60, 60);
+  std::uniform_real_distribution<float> mantissa(-2.0f, 2.0f);
+  int checked = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 1 + trial % 130;
+    std::vector<float> a(n), b(n);
+    for (int i = 0; i < n; ++i) {
+      // Narrow ranges (the fast path) on even trials, 120 binades (rounding steps) on odd ones.
+      const int span = trial % 2 == 0 ? 2 : 60;
+      a[i] = std::ldexp(mantissa(rng), exponent(rng) % span);
+      b[i] = std::ldexp(mantissa(rng), exponent(rng) % span);
+    }
+    if (trial % 5 == 0) {  // exact cancellation: a big pair that sums to zero
+      a[0] = 1e30f;
+      b[0] = 3.0f;
+      if (n > 2) {
+        a[n - 1] = -1e30f;
+        b[n - 1] = 3.0f;
+      }
+    }
+    ExactAccumulator dot_acc;
+    for (int i = 0; i < n; ++i) dot_acc.AddProduct(a[i], b[i]);
+    const float want = dot_acc.Round();
+    const float got = ExactDot(a, b);
+    EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0)
+        << "trial " << trial << ": " << got << " vs " << want;
+    ExactAccumulator sum_acc;
+    for (int i = 0; i < n; ++i) sum_acc.Add(a[i]);
+    const float want_sum = sum_acc.Round();
+    const float got_sum = ExactSum(a);
+    EXPECT_EQ(std::memcmp(&want_sum, &got_sum, sizeof want_sum), 0) << "trial " << trial;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2000);
+}
+
+TEST(ExactDotFastPathTest, SpecialValuesAndSignedZeros) {
+  const std::vector<float> neg_zeros = {-0.0f, -0.0f};
+  EXPECT_TRUE(std::signbit(ExactSum(neg_zeros)));
+  EXPECT_FALSE(std::signbit(ExactSum(std::vector<float>{-0.0f, 0.0f})));
+  EXPECT_FALSE(std::signbit(ExactSum(std::vector<float>{1.0f, -1.0f})));
+  EXPECT_EQ(ExactSum(std::vector<float>{std::numeric_limits<float>::infinity(), 1.0f}),
+            std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(ExactSum(std::vector<float>{std::numeric_limits<float>::infinity(),
+                                                     -std::numeric_limits<float>::infinity()})));
+  // 1 + 2^-24 + 2^-78: a plain double sum drops 2^-78 and lands on the fp32 midpoint 1 + 2^-24
+  // (ties to even: 1); the exact sum lies above it and rounds up to 1 + 2^-23.
+  const std::vector<float> above_midpoint = {1.0f, 0x1p-24f, 0x1p-78f};
+  EXPECT_EQ(ExactSum(above_midpoint), 1.0f + 0x1p-23f);
+  EXPECT_EQ(ExactDot(above_midpoint, std::vector<float>{1.0f, 1.0f, 1.0f}), 1.0f + 0x1p-23f);
+  EXPECT_EQ(ExactSum(std::vector<float>{}), 0.0f);
+}
+
+TEST(ExactDotColumnTest, EqualsExactDotOfTheGatheredColumn) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(-4.0f, 4.0f);
+  for (int n : {0, 1, 5, 64}) {
+    std::vector<std::vector<float>> rows(static_cast<size_t>(n), std::vector<float>(3));
+    std::vector<const float*> row_ptrs;
+    std::vector<float> a(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      for (float& v : rows[i]) v = std::ldexp(value(rng), i % 40 - 20);
+      a[i] = value(rng);
+      row_ptrs.push_back(rows[i].data());
+    }
+    for (size_t column = 0; column < 3; ++column) {
+      std::vector<float> gathered;
+      for (int i = 0; i < n; ++i) gathered.push_back(rows[i][column]);
+      EXPECT_EQ(Bits(ExactDotColumn(a, row_ptrs, column)), Bits(ExactDot(a, gathered)))
+          << "n " << n << " column " << column;
+    }
+  }
 }
 
 }  // namespace
