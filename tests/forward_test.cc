@@ -6,6 +6,7 @@
 #include "model/forward.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -34,8 +35,16 @@ constexpr int32_t kPromptTokens = 30;
 // indexer with selection, and the Engram history across chunks.
 class ForwardTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(::testing::TempDir() + "/forward_test_tiny");
+  // Loads the model once per process, from the first test's SetUp: a failure then fails that test
+  // (a failing SetUpTestSuite would only mark the tests skipped). ctest runs every test in its own
+  // process, two at a time, so the directory is per process.
+  void SetUp() override {
+    if (model_ == nullptr) LoadOnce();
+    ASSERT_NE(constants_, nullptr) << "the tiny model failed to load in an earlier test";
+  }
+  static void LoadOnce() {
+    dir_ = new std::string(::testing::TempDir() + "/forward_test_tiny_" +
+                           std::to_string(static_cast<long>(getpid())));
     std::filesystem::remove_all(*dir_);
     Result<TinySpec> spec = TinyPreset("tiny");
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -64,7 +73,7 @@ class ForwardTest : public ::testing::Test {
     delete token_map_;
     delete model_;
     delete weights_;
-    std::filesystem::remove_all(*dir_);
+    if (dir_ != nullptr) std::filesystem::remove_all(*dir_);
     delete dir_;
   }
 
