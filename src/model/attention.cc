@@ -17,18 +17,6 @@
 namespace dsv41 {
 namespace {
 
-void RoundToBf16(std::span<float> x) {
-  for (float& v : x) v = Bf16Round(v);
-}
-
-// y = bf16(W · x) over `rows` rows, with the activation quantisation the weight's format asks for
-// (§12.3, §12.4).
-void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
-                ThreadPool* pool) {
-  Linear(w, x, rows, y, LinearOptionsFor(w), pool);
-  RoundToBf16(y);
-}
-
 // The fp32 values of a 1-D BF16 or F32 tensor `name` of `size` elements.
 Result<std::vector<float>> GetVector(const ModelWeights& weights, const std::string& name,
                                      int64_t size) {
@@ -51,18 +39,6 @@ Result<std::vector<float>> GetVector(const ModelWeights& weights, const std::str
                                 std::string(DTypeName(view.dtype)).c_str());
   }
   return values;
-}
-
-Result<LinearWeight> GetLinearShaped(const ModelWeights& weights, const std::string& prefix,
-                                     int64_t out, int64_t in) {
-  DSV41_ASSIGN_OR_RETURN(LinearWeight w, GetLinear(weights, prefix));
-  if (w.out != out || w.in != in) {
-    return InvalidArgumentError("'%s.weight': shape [%lld, %lld], want [%lld, %lld]",
-                                prefix.c_str(), static_cast<long long>(w.out),
-                                static_cast<long long>(w.in), static_cast<long long>(out),
-                                static_cast<long long>(in));
-  }
-  return w;
 }
 
 // Rows [row_begin, row_begin + num_rows) of `w` as a weight of their own (the byte layouts of
@@ -173,13 +149,11 @@ Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights
   std::unique_ptr<Attention> a(new Attention(c, role, prefix));
   const int64_t hidden = c.hidden_size;
   const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
-  DSV41_ASSIGN_OR_RETURN(a->wq_a_,
-                         GetLinearShaped(weights, prefix + ".wq_a", c.q_lora_rank, hidden));
-  DSV41_ASSIGN_OR_RETURN(a->wq_b_,
-                         GetLinearShaped(weights, prefix + ".wq_b", q_dim, c.q_lora_rank));
-  DSV41_ASSIGN_OR_RETURN(a->wkv_, GetLinearShaped(weights, prefix + ".wkv", c.head_dim, hidden));
+  DSV41_ASSIGN_OR_RETURN(a->wq_a_, GetLinear(weights, prefix + ".wq_a", c.q_lora_rank, hidden));
+  DSV41_ASSIGN_OR_RETURN(a->wq_b_, GetLinear(weights, prefix + ".wq_b", q_dim, c.q_lora_rank));
+  DSV41_ASSIGN_OR_RETURN(a->wkv_, GetLinear(weights, prefix + ".wkv", c.head_dim, hidden));
   DSV41_ASSIGN_OR_RETURN(LinearWeight wo_a,
-                         GetLinearShaped(weights, prefix + ".wo_a", c.wo_a_out(), c.group_in()));
+                         GetLinear(weights, prefix + ".wo_a", c.wo_a_out(), c.group_in()));
   // §12.4: the reference dequantises wo_a to bf16 and multiplies without activation quantisation.
   // FP8 values times power-of-two scales are exact in bf16, so the stored weight serves as is.
   for (int32_t g = 0; g < c.o_groups; ++g) {
@@ -188,8 +162,7 @@ Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights
                                      prefix + ".wo_a.weight"));
     a->wo_a_groups_.push_back(slice);
   }
-  DSV41_ASSIGN_OR_RETURN(a->wo_b_,
-                         GetLinearShaped(weights, prefix + ".wo_b", hidden, c.wo_a_out()));
+  DSV41_ASSIGN_OR_RETURN(a->wo_b_, GetLinear(weights, prefix + ".wo_b", hidden, c.wo_a_out()));
   DSV41_ASSIGN_OR_RETURN(a->q_norm_,
                          GetNormWeight(weights, prefix + ".q_norm.weight", c.q_lora_rank));
   DSV41_ASSIGN_OR_RETURN(a->kv_norm_,

@@ -11,21 +11,7 @@
 #include "numerics/fake_quant.h"
 
 namespace dsv41 {
-namespace {
-
-Result<LinearWeight> GetLinearShaped(const ModelWeights& weights, const std::string& prefix,
-                                     int64_t out, int64_t in) {
-  DSV41_ASSIGN_OR_RETURN(LinearWeight w, GetLinear(weights, prefix));
-  if (w.out != out || w.in != in) {
-    return InvalidArgumentError("'%s.weight': shape [%lld, %lld], want [%lld, %lld]",
-                                prefix.c_str(), static_cast<long long>(w.out),
-                                static_cast<long long>(w.in), static_cast<long long>(out),
-                                static_cast<long long>(in));
-  }
-  return w;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Compressor::Compressor(const ModelConfig& config, int32_t ratio)
     : config_(config), ratio_(ratio), rope_(Rope::ForTable(config, RopeTable::kCompress)) {}
@@ -40,15 +26,14 @@ Result<std::unique_ptr<Compressor>> Compressor::Create(const ModelWeights& weigh
   const ModelConfig& c = weights.config();
   std::unique_ptr<Compressor> comp(new Compressor(c, role.ratio));
   const std::string cp = prefix + ".compressor";
-  DSV41_ASSIGN_OR_RETURN(comp->wkv_,
-                         GetLinearShaped(weights, cp + ".wkv", c.head_dim, c.hidden_size));
+  DSV41_ASSIGN_OR_RETURN(comp->wkv_, GetLinear(weights, cp + ".wkv", c.head_dim, c.hidden_size));
   if (role.ratio > 1) {
     DSV41_ASSIGN_OR_RETURN(comp->wgate_,
-                           GetLinearShaped(weights, cp + ".wgate", c.head_dim, c.hidden_size));
+                           GetLinear(weights, cp + ".wgate", c.head_dim, c.hidden_size));
   }
   DSV41_ASSIGN_OR_RETURN(comp->norm_, GetNormWeight(weights, cp + ".norm.weight", c.head_dim));
-  DSV41_ASSIGN_OR_RETURN(
-      comp->wk_, GetLinearShaped(weights, prefix + ".indexer.wk", c.index_head_dim, c.head_dim));
+  DSV41_ASSIGN_OR_RETURN(comp->wk_,
+                         GetLinear(weights, prefix + ".indexer.wk", c.index_head_dim, c.head_dim));
   DSV41_ASSIGN_OR_RETURN(
       comp->k_norm_, GetNormWeight(weights, prefix + ".indexer.k_norm.weight", c.index_head_dim));
   return comp;

@@ -17,25 +17,6 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-Result<LinearWeight> GetLinearShaped(const ModelWeights& weights, const std::string& prefix,
-                                     int64_t out, int64_t in) {
-  DSV41_ASSIGN_OR_RETURN(LinearWeight w, GetLinear(weights, prefix));
-  if (w.out != out || w.in != in) {
-    return InvalidArgumentError("'%s.weight': shape [%lld, %lld], want [%lld, %lld]",
-                                prefix.c_str(), static_cast<long long>(w.out),
-                                static_cast<long long>(w.in), static_cast<long long>(out),
-                                static_cast<long long>(in));
-  }
-  return w;
-}
-
-// y = bf16(W · x) with the activation quantisation the weight's format asks for (§12.3, §12.4).
-void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
-                ThreadPool* pool) {
-  Linear(w, x, rows, y, LinearOptionsFor(w), pool);
-  for (float& v : y) v = Bf16Round(v);
-}
-
 // Floor division (model.md §7.5: (0 − 1) // 8 = −1).
 int32_t FloorDiv(int32_t a, int32_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -121,14 +102,13 @@ Result<std::unique_ptr<Indexer>> Indexer::Create(const ModelWeights& weights,
   std::unique_ptr<Indexer> ix(new Indexer(c, role));
   const int64_t index_q_dim = static_cast<int64_t>(c.index_n_heads) * c.index_head_dim;
   DSV41_ASSIGN_OR_RETURN(ix->wq_a_,
-                         GetLinearShaped(weights, prefix + ".wq_a", c.q_lora_rank, c.hidden_size));
+                         GetLinear(weights, prefix + ".wq_a", c.q_lora_rank, c.hidden_size));
   DSV41_ASSIGN_OR_RETURN(ix->q_norm_,
                          GetNormWeight(weights, prefix + ".q_norm.weight", c.q_lora_rank));
-  DSV41_ASSIGN_OR_RETURN(
-      ix->wq_b_, GetLinearShaped(weights, prefix + ".indexer.wq_b", index_q_dim, c.q_lora_rank));
-  DSV41_ASSIGN_OR_RETURN(
-      ix->weights_proj_,
-      GetLinearShaped(weights, prefix + ".indexer.weights_proj", c.index_n_heads, c.hidden_size));
+  DSV41_ASSIGN_OR_RETURN(ix->wq_b_,
+                         GetLinear(weights, prefix + ".indexer.wq_b", index_q_dim, c.q_lora_rank));
+  DSV41_ASSIGN_OR_RETURN(ix->weights_proj_, GetLinear(weights, prefix + ".indexer.weights_proj",
+                                                      c.index_n_heads, c.hidden_size));
   return ix;
 }
 

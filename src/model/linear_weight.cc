@@ -6,6 +6,7 @@
 #include "checkpoint/dtype.h"
 #include "model/tensor_inventory.h"  // ShapeString
 #include "model/weights.h"
+#include "numerics/codecs.h"
 
 namespace dsv41 {
 namespace {
@@ -68,6 +69,24 @@ Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view pre
   }
   out.scale = scale->bytes;
   return out;
+}
+
+Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view prefix, int64_t out,
+                               int64_t in) {
+  DSV41_ASSIGN_OR_RETURN(LinearWeight w, GetLinear(weights, prefix));
+  if (w.out != out || w.in != in) {
+    return InvalidArgumentError("'%.*s.weight': shape [%lld, %lld], want [%lld, %lld]",
+                                static_cast<int>(prefix.size()), prefix.data(),
+                                static_cast<long long>(w.out), static_cast<long long>(w.in),
+                                static_cast<long long>(out), static_cast<long long>(in));
+  }
+  return w;
+}
+
+void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
+                ThreadPool* pool) {
+  Linear(w, x, rows, y, LinearOptionsFor(w), pool);
+  for (float& v : y) v = Bf16Round(v);
 }
 
 }  // namespace dsv41

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "base/status.h"
@@ -17,10 +19,20 @@ class ModelWeights;
 // points into `weights`' mappings and lives as long as it.
 Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view prefix);
 
+// The same, checking the logical shape [out, in] the config implies (InvalidArgument naming the
+// tensor otherwise).
+Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view prefix, int64_t out,
+                               int64_t in);
+
 // Whether the product with `w` quantises its input first (model.md §12.3): FP8 and FP4 weights.
 inline LinearOptions LinearOptionsFor(const LinearWeight& w) {
   return LinearOptions{.quantize_activations =
                            w.format == WeightFormat::kFp8Block || w.format == WeightFormat::kMxfp4};
 }
+
+// y = bf16(W · x) over `rows` rows, with the activation quantisation the weight's format asks for
+// (model.md §12.3, §12.4: the "bf16" outputs of the per-weight table).
+void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
+                ThreadPool* pool);
 
 }  // namespace dsv41

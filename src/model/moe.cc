@@ -29,16 +29,6 @@ Result<std::vector<float>> ReadF32Vector(const ModelWeights& weights, const std:
   return out;
 }
 
-Status CheckShape(const LinearWeight& w, std::string_view name, int64_t out, int64_t in) {
-  if (w.out != out || w.in != in) {
-    return InvalidArgumentError("'%.*s': [out, in] = [%lld, %lld], want [%lld, %lld]",
-                                static_cast<int>(name.size()), name.data(),
-                                static_cast<long long>(w.out), static_cast<long long>(w.in),
-                                static_cast<long long>(out), static_cast<long long>(in));
-  }
-  return Status();
-}
-
 float Score(ScoringFunc func, float z) {
   switch (func) {
     case ScoringFunc::kSqrtSoftplus:
@@ -134,8 +124,7 @@ Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix,
   const int64_t inter = moe.intermediate_size_;
 
   const std::string gate = p + ".ffn.gate";
-  DSV41_ASSIGN_OR_RETURN(moe.gate_, GetLinear(weights, gate));
-  DSV41_RETURN_IF_ERROR(CheckShape(moe.gate_, gate + ".weight", num_experts, hidden));
+  DSV41_ASSIGN_OR_RETURN(moe.gate_, GetLinear(weights, gate, num_experts, hidden));
   if (moe.gate_.format != WeightFormat::kBf16 && moe.gate_.format != WeightFormat::kF32) {
     return InvalidArgumentError("'%s.weight': the router runs in fp32; want BF16 or F32",
                                 gate.c_str());
@@ -145,12 +134,9 @@ Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix,
 
   auto load_expert = [&](const std::string& expert_prefix) -> Result<Expert> {
     Expert expert;
-    DSV41_ASSIGN_OR_RETURN(expert.w1, GetLinear(weights, expert_prefix + ".w1"));
-    DSV41_ASSIGN_OR_RETURN(expert.w2, GetLinear(weights, expert_prefix + ".w2"));
-    DSV41_ASSIGN_OR_RETURN(expert.w3, GetLinear(weights, expert_prefix + ".w3"));
-    DSV41_RETURN_IF_ERROR(CheckShape(expert.w1, expert_prefix + ".w1.weight", inter, hidden));
-    DSV41_RETURN_IF_ERROR(CheckShape(expert.w3, expert_prefix + ".w3.weight", inter, hidden));
-    DSV41_RETURN_IF_ERROR(CheckShape(expert.w2, expert_prefix + ".w2.weight", hidden, inter));
+    DSV41_ASSIGN_OR_RETURN(expert.w1, GetLinear(weights, expert_prefix + ".w1", inter, hidden));
+    DSV41_ASSIGN_OR_RETURN(expert.w2, GetLinear(weights, expert_prefix + ".w2", hidden, inter));
+    DSV41_ASSIGN_OR_RETURN(expert.w3, GetLinear(weights, expert_prefix + ".w3", inter, hidden));
     return expert;
   };
   moe.experts_.reserve(static_cast<size_t>(num_experts));
