@@ -117,6 +117,7 @@ int RunRun(const RunFlags& flags) {
   }
   std::fputs(detokenizer.Finish().c_str(), stdout);
   std::fputs("\n", stdout);
+  std::fflush(stdout);  // the text ends before the stats line on stderr
   const double decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
   std::fprintf(stderr,
                "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s "
