@@ -1,9 +1,10 @@
 // The whole text forward against the model goldens (goldens/model/README.md "How to compare"):
-// every prompt position's logits after a one-shot prefill (reference Linear: exact accumulation,
-// as the goldens) within 1e-3 at stable positions
+// every prompt position's logits after a one-shot prefill within 1e-3 at stable positions
 // (stability_gemm32 <= 1e-4), and the greedy continuation, decoded token by token, equal over
-// the noise-stable prefix (diagnostics.json greedy_stable_prefix_gemm32). Engram row ids come from
-// engram/ (the golden token map and the config's hash constants), as a driver computes them.
+// the noise-stable prefix (diagnostics.json greedy_stable_prefix_gemm32) — for both the reference
+// Linear (exact accumulation, as the goldens) and the fast one (fp64 accumulation). Engram row ids
+// come from engram/ (the golden token map and the config's hash constants), as a driver computes
+// them.
 
 #include <gtest/gtest.h>
 
@@ -135,84 +136,79 @@ TEST_P(GoldenLogitsTest, PrefillLogitsAndGreedyContinuationMatch) {
   ASSERT_EQ(want.size(), static_cast<size_t>(num_prompt) * vocab);
   ASSERT_EQ(stability.size(), prompt.size());
 
-  ThreadPool pool(2);
-  Session session(**model, map, *constants);
-  ForwardTrace trace;
-  const std::vector<float> got = session.Feed(prompt, &pool, &trace);
-  // The first layer whose intermediate differs at a stable position names the module to look at
-  // (README); printed only.
-  for (const char* name : {"attn_in", "attn_out", "ffn_in", "ffn_out"}) {
-    const std::vector<float>& mine = name == std::string("attn_in")    ? trace.attn_in
-                                     : name == std::string("attn_out") ? trace.attn_out
-                                     : name == std::string("ffn_in")   ? trace.ffn_in
-                                                                       : trace.ffn_out;
-    const std::vector<float> golden = ReadFloats(case_dir + "/" + name + ".npy");
-    ASSERT_EQ(mine.size(), golden.size()) << name;
-    const size_t per_layer = golden.size() / (*model)->plan().layers.size();
-    for (size_t l = 0; l * per_layer < golden.size(); ++l) {
-      double err = 0;
-      for (size_t i = l * per_layer; i < (l + 1) * per_layer; ++i) {
-        const size_t pos = (i - l * per_layer) / (per_layer / prompt.size());
-        if (stability[pos] > 1e-4f) continue;
-        err = std::max(err, static_cast<double>(std::fabs(mine[i] - golden[i])));
-      }
-      if (err > 1e-3) {
-        std::printf("  %s: layer %zu differs by %.3g\n", name, l, err);
-        break;
-      }
-    }
-  }
-  ASSERT_EQ(got.size(), want.size());
-  const std::vector<int64_t> want_rows = ReadInts(case_dir + "/engram_hash.npy");
-  ASSERT_GE(want_rows.size(), session.rows().size());
-  EXPECT_TRUE(std::equal(session.rows().begin(), session.rows().end(), want_rows.begin()))
-      << "Engram row ids of the prompt";
-  double max_err = 0;
-  int32_t num_stable = 0;
-  for (int32_t p = 0; p < num_prompt; ++p) {
-    if (stability[p] > 1e-4f) continue;
-    ++num_stable;
-    for (int32_t v = 0; v < vocab; ++v) {
-      const size_t i = static_cast<size_t>(p) * vocab + v;
-      max_err = std::max(max_err, static_cast<double>(std::fabs(got[i] - want[i])));
-    }
-  }
-  std::printf("[ %s/%s ] max |logit - golden| = %.3g over %d of %d stable positions\n",
-              GetParam().model, GetParam().prompt, max_err, num_stable, num_prompt);
-  EXPECT_LE(max_err, 1e-3);
-
-  // The fast Linear path: differs only by the weight-GEMM accumulation order (§12.8 item 1).
-  {
-    Result<std::unique_ptr<TextModel>> fast = TextModel::Load(*weights);
-    ASSERT_TRUE(fast.ok()) << fast.status().ToString();
-    Session fast_session(**fast, map, *constants);
-    const std::vector<float> fast_got = fast_session.Feed(prompt, &pool);
-    double fast_err = 0;
-    for (int32_t p = 0; p < num_prompt; ++p) {
-      if (stability[p] > 1e-4f) continue;
-      for (int32_t v = 0; v < vocab; ++v) {
-        const size_t i = static_cast<size_t>(p) * vocab + v;
-        fast_err = std::max(fast_err, static_cast<double>(std::fabs(fast_got[i] - want[i])));
-      }
-    }
-    std::printf("[ %s/%s ] fast Linear path: max |logit - golden| = %.3g (stable positions)\n",
-                GetParam().model, GetParam().prompt, fast_err);
-  }
-
-  // Greedy continuation: argmax (lowest id on ties), EOS does not stop, token by token.
   Result<Json> diagnostics = ReadJsonFile(case_dir + "/diagnostics.json");
   ASSERT_TRUE(diagnostics.ok()) << diagnostics.status().ToString();
   const int32_t stable_prefix = (*diagnostics)["greedy_stable_prefix_gemm32"].get<int32_t>();
   const std::vector<int64_t> want_greedy = ReadInts(case_dir + "/greedy_ids.npy");
-  std::vector<int32_t> greedy;
-  std::vector<float> last(got.end() - vocab, got.end());
-  for (int32_t k = 0; k < stable_prefix; ++k) {
-    greedy.push_back(Argmax(last.data(), vocab));
-    if (k + 1 < stable_prefix) last = session.Feed({greedy.back()}, &pool);
-  }
-  std::vector<int64_t> want_prefix(want_greedy.begin(), want_greedy.begin() + stable_prefix);
-  EXPECT_EQ(std::vector<int64_t>(greedy.begin(), greedy.end()), want_prefix)
-      << "over the stable prefix of " << stable_prefix << " tokens";
+  ASSERT_GE(want_greedy.size(), static_cast<size_t>(stable_prefix));
+  const std::vector<int64_t> want_rows = ReadInts(case_dir + "/engram_hash.npy");
+
+  ThreadPool pool(2);
+  // One Linear path: prefill logits, then the greedy continuation (argmax, lowest id on ties; EOS
+  // does not stop), token by token.
+  auto check_path = [&](const TextModel& m, const char* path) {
+    SCOPED_TRACE(path);
+    Session session(m, map, *constants);
+    ForwardTrace trace;
+    const std::vector<float> got = session.Feed(prompt, &pool, &trace);
+    // The first layer whose intermediate differs at a stable position names the module to look
+    // at (README); printed only.
+    for (const char* name : {"attn_in", "attn_out", "ffn_in", "ffn_out"}) {
+      const std::vector<float>& mine = name == std::string("attn_in")    ? trace.attn_in
+                                       : name == std::string("attn_out") ? trace.attn_out
+                                       : name == std::string("ffn_in")   ? trace.ffn_in
+                                                                         : trace.ffn_out;
+      const std::vector<float> golden = ReadFloats(case_dir + "/" + name + ".npy");
+      ASSERT_EQ(mine.size(), golden.size()) << name;
+      const size_t per_layer = golden.size() / m.plan().layers.size();
+      for (size_t l = 0; l * per_layer < golden.size(); ++l) {
+        double err = 0;
+        for (size_t i = l * per_layer; i < (l + 1) * per_layer; ++i) {
+          const size_t pos = (i - l * per_layer) / (per_layer / prompt.size());
+          if (stability[pos] > 1e-4f) continue;
+          err = std::max(err, static_cast<double>(std::fabs(mine[i] - golden[i])));
+        }
+        if (err > 1e-3) {
+          std::printf("  %s: %s layer %zu differs by %.3g\n", path, name, l, err);
+          break;
+        }
+      }
+    }
+    ASSERT_EQ(got.size(), want.size());
+    ASSERT_GE(want_rows.size(), session.rows().size());
+    EXPECT_TRUE(std::equal(session.rows().begin(), session.rows().end(), want_rows.begin()))
+        << "Engram row ids of the prompt";
+    double max_err = 0;
+    int32_t num_stable = 0;
+    for (int32_t p = 0; p < num_prompt; ++p) {
+      if (stability[p] > 1e-4f) continue;
+      ++num_stable;
+      for (int32_t v = 0; v < vocab; ++v) {
+        const size_t i = static_cast<size_t>(p) * vocab + v;
+        max_err = std::max(max_err, static_cast<double>(std::fabs(got[i] - want[i])));
+      }
+    }
+    std::printf("[ %s/%s ] %s: max |logit - golden| = %.3g over %d of %d stable positions\n",
+                GetParam().model, GetParam().prompt, path, max_err, num_stable, num_prompt);
+    EXPECT_LE(max_err, 1e-3);
+
+    std::vector<int32_t> greedy;
+    std::vector<float> last(got.end() - vocab, got.end());
+    for (int32_t k = 0; k < stable_prefix; ++k) {
+      greedy.push_back(Argmax(last.data(), vocab));
+      if (k + 1 < stable_prefix) last = session.Feed({greedy.back()}, &pool);
+    }
+    std::vector<int64_t> want_prefix(want_greedy.begin(), want_greedy.begin() + stable_prefix);
+    EXPECT_EQ(std::vector<int64_t>(greedy.begin(), greedy.end()), want_prefix)
+        << "over the stable prefix of " << stable_prefix << " tokens";
+  };
+  check_path(**model, "reference Linear");
+
+  // The fast Linear path: the same exact fp32 products, summed in fp64 in a blocked order and
+  // rounded once — held to the same bounds.
+  Result<std::unique_ptr<TextModel>> fast = TextModel::Load(*weights);
+  ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+  check_path(**fast, "fast Linear");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -5,10 +5,14 @@
 // in rounded up to 32, zero padded; fq8_b32-quantised when asked; for MXFP4 each 32-block is
 // stored as its 16 even elements then its 16 odd ones, matching the low and high nibbles of 16
 // packed bytes). Weights are never expanded in memory: a tile of kO output rows × kR input rows
-// walks K in 32-blocks, decodes each weight vector once and FMAs it into kO·kR accumulators.
-// Every (output, input row) pair owns one accumulator vector that sees K in the same order
-// whatever the tiling, the number of rows in the call or the thread split, so results depend only
-// on (format, in, the target): batch- and thread-invariant.
+// walks K in 32-blocks, decodes each weight vector once (exact fp32), widens weights and
+// activations to fp64 and FMAs them into kO·kR fp64 accumulators; the sum is rounded to fp32 once.
+// The fp32 × fp32 products are exact in fp64 and the fp64 sum's error is far below half an fp32
+// ulp of the result unless the sum cancels almost completely, so the output is, in practice,
+// LinearRef's correctly rounded exact sum whatever the order. Every (output, input row) pair owns
+// one accumulator vector that sees K in the same order whatever the tiling, the number of rows in
+// the call or the thread split, so results depend only on (format, in, the target): batch- and
+// thread-invariant.
 #ifndef DSV41_KERNELS_LINEAR_CC_ONCE
 #define DSV41_KERNELS_LINEAR_CC_ONCE
 
@@ -65,6 +69,30 @@ using linear_internal::LinearArgs;
 // At most 16 lanes: one vector covers at most half a 32-block (16 packed MXFP4 bytes).
 using DF = hn::CappedTag<float, 16>;
 using VF = hn::Vec<DF>;
+// The fp64 accumulators: an fp32 vector widens into kParts fp64 vectors (its halves; the whole of
+// it on the one-lane scalar target).
+#if HWY_TARGET == HWY_SCALAR
+using DH = DF;
+inline constexpr int kParts = 1;
+#else
+using DH = hn::Half<DF>;
+inline constexpr int kParts = 2;
+#endif
+using DD = hn::Rebind<double, DH>;
+using VD = hn::Vec<DD>;
+
+// Part `part` of v, widened to fp64 (exact).
+HWY_INLINE VD WidenPart(VF v, int part) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)part;
+  return hn::PromoteTo(DD(), v);
+#else
+  return hn::PromoteTo(DD(), part == 0 ? hn::LowerHalf(DH(), v) : hn::UpperHalf(DH(), v));
+#endif
+}
+
+// Lanes(DD()) fp32 values at p, widened to fp64 (exact).
+HWY_INLINE VD LoadWiden(const float* p) { return hn::PromoteTo(DD(), hn::LoadU(DH(), p)); }
 
 #if HWY_TARGET <= HWY_AVX3
 inline constexpr int kMaxR = 4;  // 32 vector registers: 16 accumulators fit
@@ -269,9 +297,11 @@ HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_
   const int64_t out = a.w->out;
   const uint8_t* base[kO];
   for (int o = 0; o < kO; ++o) base[o] = dec.weight + (o0 + o) * dec.row_bytes;
-  VF acc[kO][kR];
+  const DD dd;
+  const size_t nd = hn::Lanes(dd);
+  VD acc[kO][kR];
   for (int o = 0; o < kO; ++o) {
-    for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
+    for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(dd);
   }
   const float* x0 = a.xp + r0 * a.in_pad;
   auto body = [&](const uint8_t* const* p, const float* f1, const float* f2, int64_t kb,
@@ -283,12 +313,16 @@ HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_
       for (int o = 0; o < kO; ++o) {
         Decoder::template DecodePair<kBig>(d, p[o], f1[o], f2[o], j, lo[o], hi[o]);
       }
-      for (int r = 0; r < kR; ++r) {
-        const VF xl = hn::LoadU(d, xb + r * a.in_pad + j);
-        const VF xh = hn::LoadU(d, xb + r * a.in_pad + 16 + j);
-        for (int o = 0; o < kO; ++o) {
-          acc[o][r] = hn::MulAdd(lo[o], xl, acc[o][r]);  // weight GEMM: FMA allowed (§12.8 1)
-          acc[o][r] = hn::MulAdd(hi[o], xh, acc[o][r]);
+      // Per lane chain: elements j, j + nd, 16 + j, 16 + j + nd (as in ChunkFma).
+      for (int half = 0; half < 2; ++half) {
+        for (int part = 0; part < kParts; ++part) {
+          VD wd[kO];
+          for (int o = 0; o < kO; ++o) wd[o] = WidenPart(half == 0 ? lo[o] : hi[o], part);
+          const size_t k = j + 16 * static_cast<size_t>(half) + nd * static_cast<size_t>(part);
+          for (int r = 0; r < kR; ++r) {
+            const VD xd = LoadWiden(xb + r * a.in_pad + k);
+            for (int o = 0; o < kO; ++o) acc[o][r] = hn::MulAdd(wd[o], xd, acc[o][r]);
+          }
         }
       }
     }
@@ -315,7 +349,7 @@ HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_
   }
   for (int o = 0; o < kO; ++o) {
     for (int r = 0; r < kR; ++r) {
-      a.y[(r0 + r) * out + o0 + o] = hn::GetLane(hn::SumOfLanes(d, acc[o][r]));
+      a.y[(r0 + r) * out + o0 + o] = static_cast<float>(hn::GetLane(hn::SumOfLanes(dd, acc[o][r])));
     }
   }
 }
@@ -370,47 +404,47 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const LinearArgs& a, int64_t o0,
 }
 
 // FMAs of input rows r0..r0+kR with the decoded chunk (nb blocks from block kb0); accumulators in
-// accbuf[(o · rows + r) · n], zero on the first chunk.
+// accbuf[(o · rows + r) · nd] (fp64), zero on the first chunk.
 template <int kO, int kR>
 HWY_INLINE void ChunkFma(const LinearArgs& a, const float* wbuf, int64_t kb0, int64_t nb,
-                         int64_t r0, float* accbuf, bool first) {
-  const DF d;
-  const size_t n = hn::Lanes(d);
-  VF acc[kO][kR];
+                         int64_t r0, double* accbuf, bool first) {
+  const size_t n = hn::Lanes(DF());
+  const DD dd;
+  const size_t nd = hn::Lanes(dd);
+  VD acc[kO][kR];
   for (int o = 0; o < kO; ++o) {
     for (int r = 0; r < kR; ++r) {
-      acc[o][r] = first ? hn::Zero(d) : hn::Load(d, accbuf + (o * a.rows + r0 + r) * n);
+      acc[o][r] = first ? hn::Zero(dd) : hn::Load(dd, accbuf + (o * a.rows + r0 + r) * nd);
     }
   }
   const float* x0 = a.xp + r0 * a.in_pad + kb0 * kBlock;
   for (int64_t b = 0; b < nb; ++b) {
     for (size_t j = 0; j < 16; j += n) {
-      const size_t k = static_cast<size_t>(b * kBlock) + j;
-      VF lo[kO], hi[kO];
-      for (int o = 0; o < kO; ++o) {
-        lo[o] = hn::Load(d, wbuf + o * kChunk + k);
-        hi[o] = hn::Load(d, wbuf + o * kChunk + k + 16);
-      }
-      for (int r = 0; r < kR; ++r) {
-        const VF xl = hn::LoadU(d, x0 + r * a.in_pad + k);
-        const VF xh = hn::LoadU(d, x0 + r * a.in_pad + k + 16);
-        for (int o = 0; o < kO; ++o) {
-          acc[o][r] = hn::MulAdd(lo[o], xl, acc[o][r]);  // weight GEMM: FMA allowed (§12.8 1)
-          acc[o][r] = hn::MulAdd(hi[o], xh, acc[o][r]);
+      // The order of Tile: elements j, j + nd, 16 + j, 16 + j + nd of the block.
+      for (int half = 0; half < 2; ++half) {
+        for (int part = 0; part < kParts; ++part) {
+          const size_t k = static_cast<size_t>(b * kBlock) + j + 16 * static_cast<size_t>(half) +
+                           nd * static_cast<size_t>(part);
+          VD wd[kO];
+          for (int o = 0; o < kO; ++o) wd[o] = LoadWiden(wbuf + o * kChunk + k);
+          for (int r = 0; r < kR; ++r) {
+            const VD xd = LoadWiden(x0 + r * a.in_pad + k);
+            for (int o = 0; o < kO; ++o) acc[o][r] = hn::MulAdd(wd[o], xd, acc[o][r]);
+          }
         }
       }
     }
   }
   for (int o = 0; o < kO; ++o) {
-    for (int r = 0; r < kR; ++r) hn::Store(acc[o][r], d, accbuf + (o * a.rows + r0 + r) * n);
+    for (int r = 0; r < kR; ++r) hn::Store(acc[o][r], dd, accbuf + (o * a.rows + r0 + r) * nd);
   }
 }
 
 template <int kO, class Decoder>
 HWY_INLINE void BufferedRowTile(const Decoder& dec, const LinearArgs& a, int64_t o0,
-                                float* accbuf) {
-  const DF d;
-  const size_t n = hn::Lanes(d);
+                                double* accbuf) {
+  const DD dd;
+  const size_t nd = hn::Lanes(dd);
   HWY_ALIGN float wbuf[kO * kChunk];
   const int64_t blocks = a.in_pad / kBlock;
   for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
@@ -423,8 +457,8 @@ HWY_INLINE void BufferedRowTile(const Decoder& dec, const LinearArgs& a, int64_t
   }
   for (int o = 0; o < kO; ++o) {
     for (int64_t r = 0; r < a.rows; ++r) {
-      const VF acc = blocks == 0 ? hn::Zero(d) : hn::Load(d, accbuf + (o * a.rows + r) * n);
-      a.y[r * a.w->out + o0 + o] = hn::GetLane(hn::SumOfLanes(d, acc));
+      const VD acc = blocks == 0 ? hn::Zero(dd) : hn::Load(dd, accbuf + (o * a.rows + r) * nd);
+      a.y[r * a.w->out + o0 + o] = static_cast<float>(hn::GetLane(hn::SumOfLanes(dd, acc)));
     }
   }
 }
@@ -456,8 +490,8 @@ template <class Decoder>
 void RunRows(const Decoder& dec, const LinearArgs& a) {
   int64_t o = a.o_begin;
   if (a.rows > kMaxR) {
-    const size_t n = hn::Lanes(DF());
-    auto accbuf = hwy::AllocateAligned<float>(static_cast<size_t>(kOTile * a.rows) * n);
+    const size_t nd = hn::Lanes(DD());
+    auto accbuf = hwy::AllocateAligned<double>(static_cast<size_t>(kOTile * a.rows) * nd);
     for (; o + kOTile <= a.o_end; o += kOTile) BufferedRowTile<kOTile>(dec, a, o, accbuf.get());
     for (; o < a.o_end; ++o) BufferedRowTile<1>(dec, a, o, accbuf.get());
     return;

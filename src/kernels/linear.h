@@ -34,8 +34,9 @@ struct LinearOptions {
 };
 
 // y[r·out + o] = Σ_i W[o, i] · x'[r·in + i] for r < rows, with x' = x or its fq8_b32
-// quantisation. fp32 products of exactly dequantised weights, fp32 accumulation; the order of the
-// sum is free (model.md §12.8 item 1) but fixed for a build and independent of the thread count.
+// quantisation. Exactly dequantised fp32 weights times fp32 activations, accumulated in fp64 (the
+// products are exact) and rounded to fp32 once: in practice equal to LinearRef. The order of the
+// sum is fixed for a build and independent of the thread count and the number of rows.
 // Outputs are fp32 (callers round to bf16 where §12.4 says so). x: [rows, in], y: [rows, out].
 // `pool` may be null (single-threaded).
 void Linear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
