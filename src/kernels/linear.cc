@@ -4,9 +4,9 @@
 // Fast path layout. Activations are prepared once per call into xp [rows, in_pad] fp32 (in_pad =
 // in rounded up to 32, zero padded; fq8_b32-quantised when asked; for MXFP4 each 32-block is
 // stored as its 16 even elements then its 16 odd ones, matching the low and high nibbles of 16
-// packed bytes). Weights are never expanded in memory: a tile of kO output rows × kR input rows
-// walks K in 32-blocks, decodes each weight vector once (exact fp32), widens weights and
-// activations to fp64 and FMAs them into kO·kR fp64 accumulators; the sum is rounded to fp32 once.
+// packed bytes), then widened to fp64 (exact). Weights are never expanded in memory: a tile of kO
+// output rows × kR input rows walks K in 32-blocks, decodes each weight vector once (exact fp32),
+// widens it to fp64 and FMAs it into kO·kR fp64 accumulators; the sum is rounded to fp32 once.
 // The fp32 × fp32 products are exact in fp64 and the fp64 sum's error is far below half an fp32
 // ulp of the result unless the sum cancels almost completely, so the output is, in practice,
 // LinearRef's correctly rounded exact sum whatever the order. Every (output, input row) pair owns
@@ -37,7 +37,7 @@ namespace linear_internal {
 // What one per-target call computes: output rows [o_begin, o_end) for all input rows.
 struct LinearArgs {
   const LinearWeight* w = nullptr;
-  const float* xp = nullptr;  // prepared activations [rows, in_pad]
+  const double* xp = nullptr;  // prepared activations [rows, in_pad], widened to fp64
   int64_t rows = 0;
   int64_t in_pad = 0;
   float* y = nullptr;  // [rows, out]
@@ -90,9 +90,6 @@ HWY_INLINE VD WidenPart(VF v, int part) {
   return hn::PromoteTo(DD(), part == 0 ? hn::LowerHalf(DH(), v) : hn::UpperHalf(DH(), v));
 #endif
 }
-
-// Lanes(DD()) fp32 values at p, widened to fp64 (exact).
-HWY_INLINE VD LoadWiden(const float* p) { return hn::PromoteTo(DD(), hn::LoadU(DH(), p)); }
 
 #if HWY_TARGET <= HWY_AVX3
 inline constexpr int kMaxR = 4;  // 32 vector registers: 16 accumulators fit
@@ -303,11 +300,11 @@ HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_
   for (int o = 0; o < kO; ++o) {
     for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(dd);
   }
-  const float* x0 = a.xp + r0 * a.in_pad;
+  const double* x0 = a.xp + r0 * a.in_pad;
   auto body = [&](const uint8_t* const* p, const float* f1, const float* f2, int64_t kb,
                   auto big) HWY_ATTR {
     constexpr bool kBig = decltype(big)::value;
-    const float* xb = x0 + kb * kBlock;
+    const double* xb = x0 + kb * kBlock;
     for (size_t j = 0; j < 16; j += n) {
       VF lo[kO], hi[kO];
       for (int o = 0; o < kO; ++o) {
@@ -320,7 +317,7 @@ HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_
           for (int o = 0; o < kO; ++o) wd[o] = WidenPart(half == 0 ? lo[o] : hi[o], part);
           const size_t k = j + 16 * static_cast<size_t>(half) + nd * static_cast<size_t>(part);
           for (int r = 0; r < kR; ++r) {
-            const VD xd = LoadWiden(xb + r * a.in_pad + k);
+            const VD xd = hn::LoadU(dd, xb + r * a.in_pad + k);
             for (int o = 0; o < kO; ++o) acc[o][r] = hn::MulAdd(wd[o], xd, acc[o][r]);
           }
         }
@@ -357,18 +354,21 @@ HWY_INLINE void Tile(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_
 // ---- many input rows: decode once, multiply from a buffer ----------------------------------
 // With more rows than one register tile holds, decoding the weights again for every group of kR
 // rows costs more than the FMAs. Instead the tile's weights are decoded chunk by chunk (kChunk
-// elements of K, L1-resident) into wbuf in xp's order, and every group of input rows runs its
+// elements of K, widened to fp64, L1-resident) into wbuf in xp's order, and every group of input
+// rows runs its
 // FMAs from there, its accumulators parked in accbuf between chunks. Each (output, input row)
 // lane chain sees the same products in the same order as in Tile (block by block; within a block
-// j = 0, n, ...: elements j then 16 + j), so both paths give the same bits.
+// j = 0, n, ...: elements j, j + nd, 16 + j, 16 + j + nd), so both paths give the same bits.
 inline constexpr int64_t kChunkBlocks = 16;
 inline constexpr int64_t kChunk = kChunkBlocks * kBlock;
 
 template <int kO, class Decoder>
 HWY_INLINE void DecodeChunk(const Decoder& dec, const LinearArgs& a, int64_t o0, int64_t kb0,
-                            int64_t nb, float* wbuf) {
+                            int64_t nb, double* wbuf) {
   const DF d;
   const size_t n = hn::Lanes(d);
+  const DD dd;
+  const size_t nd = hn::Lanes(dd);
   const int64_t in = a.w->in;
   const int64_t full_blocks = in / kBlock;
   HWY_ALIGN uint8_t tails[kO][Decoder::kBlockBytes];
@@ -388,7 +388,7 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const LinearArgs& a, int64_t o0,
     float f1[kO], f2[kO];
     const bool big = dec.template Scales<kO>(o0, kb, f1, f2);
     for (int o = 0; o < kO; ++o) {
-      float* dst = wbuf + o * kChunk + (kb - kb0) * kBlock;
+      double* dst = wbuf + o * kChunk + (kb - kb0) * kBlock;
       for (size_t j = 0; j < 16; j += n) {
         VF lo, hi;
         if (HWY_UNLIKELY(big)) {
@@ -396,8 +396,10 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const LinearArgs& a, int64_t o0,
         } else {
           Decoder::template DecodePair<false>(d, p[o], f1[o], f2[o], j, lo, hi);
         }
-        hn::Store(lo, d, dst + j);
-        hn::Store(hi, d, dst + 16 + j);
+        for (int part = 0; part < kParts; ++part) {
+          hn::Store(WidenPart(lo, part), dd, dst + j + nd * part);
+          hn::Store(WidenPart(hi, part), dd, dst + 16 + j + nd * part);
+        }
       }
     }
   }
@@ -406,7 +408,7 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const LinearArgs& a, int64_t o0,
 // FMAs of input rows r0..r0+kR with the decoded chunk (nb blocks from block kb0); accumulators in
 // accbuf[(o · rows + r) · nd] (fp64), zero on the first chunk.
 template <int kO, int kR>
-HWY_INLINE void ChunkFma(const LinearArgs& a, const float* wbuf, int64_t kb0, int64_t nb,
+HWY_INLINE void ChunkFma(const LinearArgs& a, const double* wbuf, int64_t kb0, int64_t nb,
                          int64_t r0, double* accbuf, bool first) {
   const size_t n = hn::Lanes(DF());
   const DD dd;
@@ -417,7 +419,7 @@ HWY_INLINE void ChunkFma(const LinearArgs& a, const float* wbuf, int64_t kb0, in
       acc[o][r] = first ? hn::Zero(dd) : hn::Load(dd, accbuf + (o * a.rows + r0 + r) * nd);
     }
   }
-  const float* x0 = a.xp + r0 * a.in_pad + kb0 * kBlock;
+  const double* x0 = a.xp + r0 * a.in_pad + kb0 * kBlock;
   for (int64_t b = 0; b < nb; ++b) {
     for (size_t j = 0; j < 16; j += n) {
       // The order of Tile: elements j, j + nd, 16 + j, 16 + j + nd of the block.
@@ -426,9 +428,9 @@ HWY_INLINE void ChunkFma(const LinearArgs& a, const float* wbuf, int64_t kb0, in
           const size_t k = static_cast<size_t>(b * kBlock) + j + 16 * static_cast<size_t>(half) +
                            nd * static_cast<size_t>(part);
           VD wd[kO];
-          for (int o = 0; o < kO; ++o) wd[o] = LoadWiden(wbuf + o * kChunk + k);
+          for (int o = 0; o < kO; ++o) wd[o] = hn::Load(dd, wbuf + o * kChunk + k);
           for (int r = 0; r < kR; ++r) {
-            const VD xd = LoadWiden(x0 + r * a.in_pad + k);
+            const VD xd = hn::LoadU(dd, x0 + r * a.in_pad + k);
             for (int o = 0; o < kO; ++o) acc[o][r] = hn::MulAdd(wd[o], xd, acc[o][r]);
           }
         }
@@ -445,7 +447,7 @@ HWY_INLINE void BufferedRowTile(const Decoder& dec, const LinearArgs& a, int64_t
                                 double* accbuf) {
   const DD dd;
   const size_t nd = hn::Lanes(dd);
-  HWY_ALIGN float wbuf[kO * kChunk];
+  HWY_ALIGN double wbuf[kO * kChunk];
   const int64_t blocks = a.in_pad / kBlock;
   for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
     const int64_t nb = std::min(kChunkBlocks, blocks - kb0);
@@ -704,10 +706,12 @@ void Linear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::
     HWY_DYNAMIC_DISPATCH(QuantizeActivationsSimd)(xp.data(), rows, in_pad);
   }
   if (w.format == WeightFormat::kMxfp4) DeinterleaveBlocks(xp);
+  thread_local std::vector<double> xd;  // widened once here, not once per output tile
+  xd.assign(xp.begin(), xp.end());
 
   LinearArgs args;
   args.w = &w;
-  args.xp = xp.data();
+  args.xp = xd.data();
   args.rows = rows;
   args.in_pad = in_pad;
   args.y = y.data();
