@@ -25,6 +25,12 @@
 #include "tiny/tiny_checkpoint.h"
 #include "tiny/tiny_presets.h"
 
+// The preset under test: "tiny" (FP8 + MXFP4) by default; CMake builds this file a second time
+// for "tiny-bf16" (the unquantised path), so the equivalences hold on every test-sized preset.
+#ifndef DSV41_FORWARD_PRESET
+#define DSV41_FORWARD_PRESET "tiny"
+#endif
+
 namespace dsv41 {
 namespace {
 
@@ -43,10 +49,10 @@ class ForwardTest : public ::testing::Test {
     ASSERT_NE(constants_, nullptr) << "the tiny model failed to load in an earlier test";
   }
   static void LoadOnce() {
-    dir_ = new std::string(::testing::TempDir() + "/forward_test_tiny_" +
+    dir_ = new std::string(::testing::TempDir() + "/forward_test_" + DSV41_FORWARD_PRESET + "_" +
                            std::to_string(static_cast<long>(getpid())));
     std::filesystem::remove_all(*dir_);
-    Result<TinySpec> spec = TinyPreset("tiny");
+    Result<TinySpec> spec = TinyPreset(DSV41_FORWARD_PRESET);
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
     spec->num_shards = 1;
     Result<TinyCheckpointSummary> written = WriteTinyCheckpoint(*spec, *dir_);
