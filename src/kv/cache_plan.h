@@ -10,17 +10,10 @@
 #include "base/json.h"
 #include "base/status.h"
 #include "model/config.h"
+#include "model/kv_layout.h"
 #include "model/layer_plan.h"
 
 namespace dsv41 {
-
-// How cache rows are encoded (serving.md §3.4). Every profile stores the model's QAT values
-// exactly; they differ only in bytes per row.
-enum class KvProfile {
-  kSeed,     // bf16 KV and SWA rows, index K in the seed's (index_head_dim + 2)-byte geometry
-  kCompact,  // bf16 KV and SWA rows, packed index K
-  kPacked,   // packed KV, index K and SWA rows; ring sized from num_speculative_tokens
-};
 
 // "seed", "compact", "packed".
 std::string_view KvProfileName(KvProfile profile);
