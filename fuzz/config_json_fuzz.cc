@@ -7,7 +7,7 @@
 
 #include "base/check.h"
 #include "base/json.h"
-#include "kv/cache_plan.h"
+#include "model/cache_plan.h"
 #include "model/config.h"
 #include "model/layer_plan.h"
 #include "model/tensor_inventory.h"

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "engram/hash_constants.h"
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
+#include "model/kv_layout.h"
 #include "model/weights.h"
 #include "text/tokenizer.h"
 #include "tiny/tiny_checkpoint.h"
@@ -104,21 +106,29 @@ class ForwardTest : public ::testing::Test {
   }
 
   // Runs `ids` through one request in chunks of `chunk` tokens; returns every position's logits.
+  // A contiguous cache (one consecutive block table per group) for `num_requests` requests.
+  static ContiguousKvCache NewCache(int32_t num_requests = 1) {
+    Result<ContiguousKvCache> cache = ContiguousKvCache::Create(
+        model_->config(), model_->plan(), 64, KvProfile::kSeed, 0, num_requests);
+    EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+    if (!cache.ok()) std::abort();
+    return std::move(cache).value();
+  }
+
   static std::vector<float> RunChunked(const std::vector<int32_t>& ids, int32_t chunk,
                                        ThreadPool* pool) {
-    std::unique_ptr<RequestCaches> cache = model_->NewCaches();
-    RequestCaches* caches[] = {cache.get()};
+    ContiguousKvCache cache = NewCache();
     const int32_t vocab = model_->vocab_size();
     std::vector<float> all;
     for (int32_t start = 0; start < static_cast<int32_t>(ids.size()); start += chunk) {
       const int32_t n = std::min<int32_t>(chunk, static_cast<int32_t>(ids.size()) - start);
       Batch batch;
       batch.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
-      batch.requests.push_back({.first_row = 0, .num_tokens = n, .start_pos = start});
+      batch.requests.push_back(cache.Request(0, n, start));
       for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
       AddEngramRows(ids, start, n, batch);
       std::vector<float> logits(static_cast<size_t>(n) * vocab);
-      const Status s = model_->Forward(batch, caches, logits, pool);
+      const Status s = model_->Forward(batch, cache.view(), logits, pool);
       EXPECT_TRUE(s.ok()) << s.ToString();
       all.insert(all.end(), logits.begin(), logits.end());
     }
@@ -183,39 +193,35 @@ TEST_F(ForwardTest, BatchOfTwoRequestsEqualsEachAlone) {
   const std::vector<float> a_alone = RunChunked(a, 6, nullptr);  // chunks 0..5, 6..11, 12..16
   const std::vector<float> b_alone = RunChunked(b, 9, nullptr);
 
-  std::unique_ptr<RequestCaches> ca = model_->NewCaches();
-  std::unique_ptr<RequestCaches> cb = model_->NewCaches();
+  ContiguousKvCache cache = NewCache(2);  // request 0: a, request 1: b
   // Step 1: a's first chunk alone. Step 2: a's second chunk and all of b. Step 3: a's last chunk.
   std::vector<float> a_batched;
   std::vector<float> b_batched;
   auto run =
-      [&](std::vector<std::pair<RequestCaches*, std::pair<const std::vector<int32_t>*, int32_t>>>
-              parts,
+      [&](std::vector<std::pair<int32_t, std::pair<const std::vector<int32_t>*, int32_t>>> parts,
           int32_t n_a) {
         Batch batch;
-        std::vector<RequestCaches*> caches;
-        for (auto& [cache, src] : parts) {
+        for (auto& [request_idx, src] : parts) {
           const auto& [ids, start] = src;
-          const int32_t n = cache == ca.get() ? n_a : static_cast<int32_t>(ids->size()) - start;
+          const int32_t n = request_idx == 0 ? n_a : static_cast<int32_t>(ids->size()) - start;
           const int32_t first = batch.num_tokens();
           batch.token_ids.insert(batch.token_ids.end(), ids->begin() + start,
                                  ids->begin() + start + n);
-          batch.requests.push_back({.first_row = first, .num_tokens = n, .start_pos = start});
+          batch.requests.push_back(cache.Request(first, n, start, request_idx));
           for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(first + r);
           AddEngramRows(*ids, start, n, batch);
-          caches.push_back(cache);
         }
         std::vector<float> logits(batch.logit_rows.size() * vocab);
-        const Status s = model_->Forward(batch, caches, logits, nullptr);
+        const Status s = model_->Forward(batch, cache.view(), logits, nullptr);
         EXPECT_TRUE(s.ok()) << s.ToString();
         return logits;
       };
-  std::vector<float> l1 = run({{ca.get(), {&a, 0}}}, 6);
+  std::vector<float> l1 = run({{0, {&a, 0}}}, 6);
   a_batched.insert(a_batched.end(), l1.begin(), l1.end());
-  std::vector<float> l2 = run({{ca.get(), {&a, 6}}, {cb.get(), {&b, 0}}}, 6);
+  std::vector<float> l2 = run({{0, {&a, 6}}, {1, {&b, 0}}}, 6);
   a_batched.insert(a_batched.end(), l2.begin(), l2.begin() + 6 * vocab);
   b_batched.insert(b_batched.end(), l2.begin() + 6 * vocab, l2.end());
-  std::vector<float> l3 = run({{ca.get(), {&a, 12}}}, 5);
+  std::vector<float> l3 = run({{0, {&a, 12}}}, 5);
   a_batched.insert(a_batched.end(), l3.begin(), l3.end());
   EXPECT_TRUE(SameBits(a_batched, a_alone));
   EXPECT_TRUE(SameBits(b_batched, b_alone));
@@ -225,55 +231,65 @@ TEST_F(ForwardTest, LogitRowsSelectRows) {
   const std::vector<int32_t> ids = Prompt(13, 6);
   const std::vector<float> all = RunChunked(ids, 6, nullptr);
   const int32_t vocab = model_->vocab_size();
-  std::unique_ptr<RequestCaches> cache = model_->NewCaches();
-  RequestCaches* caches[] = {cache.get()};
+  ContiguousKvCache cache = NewCache();
   Batch batch;
   batch.token_ids = ids;
-  batch.requests.push_back({.first_row = 0, .num_tokens = 6, .start_pos = 0});
+  batch.requests.push_back(cache.Request(0, 6, 0));
   batch.logit_rows = {5};
   AddEngramRows(ids, 0, 6, batch);
   std::vector<float> last(vocab);
-  ASSERT_TRUE(model_->Forward(batch, caches, last, nullptr).ok());
+  ASSERT_TRUE(model_->Forward(batch, cache.view(), last, nullptr).ok());
   EXPECT_TRUE(SameBits(last, std::vector<float>(all.end() - vocab, all.end())));
 }
 
 TEST_F(ForwardTest, RefusesMalformedBatches) {
-  std::unique_ptr<RequestCaches> cache = model_->NewCaches();
-  RequestCaches* caches[] = {cache.get()};
+  ContiguousKvCache cache = NewCache();
   std::vector<float> logits(model_->vocab_size());
   Batch batch;
   batch.token_ids = {5, 6};
-  batch.requests.push_back({.first_row = 0, .num_tokens = 2, .start_pos = 3});  // cache is empty
+  batch.requests.push_back(cache.Request(0, 2, 0));
   batch.logit_rows = {1};
   AddEngramRows(batch.token_ids, 0, 2, batch);
-  Status s = model_->Forward(batch, caches, logits, nullptr);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("start position 3"), std::string::npos) << s.message();
+  auto forward = [&] { return model_->Forward(batch, cache.view(), logits, nullptr); };
 
+  // A block table that ends before the step's positions (no block id for positions 64..65).
+  batch.requests[0].start_pos = 64;
+  Status s = forward();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("batch request 0: block table of group"), std::string::npos)
+      << s.message();
   batch.requests[0].start_pos = 0;
+
+  const std::span<const std::vector<uint32_t>> tables = batch.requests[0].block_tables;
+  batch.requests[0].block_tables = tables.subspan(1);  // one group short
+  EXPECT_EQ(forward().code(), StatusCode::kInvalidArgument);
+  batch.requests[0].block_tables = tables;
+
   batch.requests[0].num_tokens = 1;  // covers 1 of 2 rows
-  EXPECT_EQ(model_->Forward(batch, caches, logits, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(forward().code(), StatusCode::kInvalidArgument);
 
   batch.requests[0].num_tokens = 2;
   batch.logit_rows = {2};  // out of range
-  EXPECT_EQ(model_->Forward(batch, caches, logits, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(forward().code(), StatusCode::kInvalidArgument);
 
   batch.logit_rows = {1};
   const std::vector<int64_t> rows = batch.engram_rows;
   batch.engram_rows.pop_back();  // one Engram row id short
-  EXPECT_EQ(model_->Forward(batch, caches, logits, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(forward().code(), StatusCode::kInvalidArgument);
 
   batch.engram_rows = rows;
   batch.engram_rows[3] = -1;  // not a table row
-  s = model_->Forward(batch, caches, logits, nullptr);
+  s = forward();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("Engram row id -1"), std::string::npos) << s.message();
 
   batch.engram_rows = rows;
   batch.token_ids = {5, model_->vocab_size()};  // not a token id
-  s = model_->Forward(batch, caches, logits, nullptr);
+  s = forward();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(cache->num_positions(), 0) << "a refused batch must leave the cache untouched";
+  // The zero-filled storage is untouched: position 0's SWA row still decodes to zeros.
+  EXPECT_EQ(cache.SwaRow(0, 0), std::vector<float>(model_->config().head_dim, 0.0f))
+      << "a refused batch must leave the cache untouched";
 }
 
 }  // namespace

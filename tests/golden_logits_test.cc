@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
 #include "model/forward.h"
+#include "model/kv_layout.h"
 #include "model/weights.h"
 
 namespace dsv41 {
@@ -57,16 +59,24 @@ std::vector<int64_t> ReadInts(const std::string& path) {
 class Session {
  public:
   Session(const TextModel& model, const EngramTokenMap& map, const EngramHashConstants& constants)
-      : model_(model), map_(map), constants_(constants), cache_(model.NewCaches()) {}
+      : model_(model), map_(map), constants_(constants), cache_(NewCache(model)) {}
+
+  static ContiguousKvCache NewCache(const TextModel& model) {
+    Result<ContiguousKvCache> cache = ContiguousKvCache::Create(model.config(), model.plan(), 512);
+    EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+    if (!cache.ok()) std::abort();
+    return std::move(cache).value();
+  }
 
   // Feeds `ids` as one chunk; returns the logits of every fed position [n, vocab].
   std::vector<float> Feed(const std::vector<int32_t>& ids, ThreadPool* pool,
                           ForwardTrace* trace = nullptr) {
     const int32_t n = static_cast<int32_t>(ids.size());
-    const int32_t start = cache_->num_positions();
+    const int32_t start = num_positions_;
+    num_positions_ += n;
     Batch batch;
     batch.token_ids = ids;
-    batch.requests.push_back({.first_row = 0, .num_tokens = n, .start_pos = start});
+    batch.requests.push_back(cache_.Request(0, n, start));
     for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
     if (constants_.num_layers() > 0) {
       std::vector<int32_t> classes(ids.size());
@@ -78,8 +88,7 @@ class Session {
       rows_.insert(rows_.end(), batch.engram_rows.begin(), batch.engram_rows.end());
     }
     std::vector<float> logits(static_cast<size_t>(n) * model_.vocab_size());
-    RequestCaches* caches[] = {cache_.get()};
-    const Status s = model_.Forward(batch, caches, logits, pool, trace);
+    const Status s = model_.Forward(batch, cache_.view(), logits, pool, trace);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return logits;
   }
@@ -91,7 +100,8 @@ class Session {
   const TextModel& model_;
   const EngramTokenMap& map_;
   const EngramHashConstants& constants_;
-  std::unique_ptr<RequestCaches> cache_;
+  ContiguousKvCache cache_;
+  int32_t num_positions_ = 0;
   std::vector<int32_t> class_ids_;
   std::vector<int64_t> rows_;
 };

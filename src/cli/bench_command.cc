@@ -1,19 +1,26 @@
-// `dsv41 bench`: the baseline speed of the whole text forward on one request — time to first
-// token, prefill and decode tokens/s (medians over repetitions) — and the decode step's weight
-// read rate against the machine's measured read bandwidth (STYLE.md §12). Figures on stdout.
+// `dsv41 bench`: speed of the engine on the loaded model. At each concurrency level N it runs N
+// independent requests with different synthetic prompts at once (continuous batching through the
+// paged cache) and reports the median time to first token, the aggregate prefill and decode
+// tokens/s, the median time per output token, and — at one stream — the decode step's weight read
+// rate against the machine's measured read bandwidth (STYLE.md §12). Medians over repetitions;
+// figures on stdout (text, or one JSON object per level with --json).
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "base/json.h"
 #include "base/machine_limits.h"
 #include "cli/command.h"
-#include "cli/text_session.h"
+#include "cli/engine_flags.h"
+#include "engine/engine.h"
+#include "engine/loaded_model.h"
 #include "model/tensor_inventory.h"
 #include "model/weight_summary.h"
 
@@ -25,7 +32,9 @@ struct BenchFlags {
   int32_t prompt_tokens = 128;
   int32_t decode_tokens = 32;
   int32_t repetitions = 5;
-  int threads = 0;
+  std::string concurrency = "1";
+  bool json = false;
+  EngineFlags engine;
 };
 
 // Bytes of weights one decode token reads, by kind. Every tensor of the loaded text model
@@ -74,40 +83,93 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-int32_t Argmax(const std::vector<float>& logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-struct RepetitionTimes {
-  double prefill_s = 0;
-  double decode_s = 0;
+// One repetition at one concurrency level.
+struct LevelTimes {
+  std::vector<double> ttft_s;       // per request: first token time from the start
+  std::vector<double> tpot_s;       // per request: (last − first token time) / (tokens − 1)
+  double prefill_tokens_per_s = 0;  // all prompt tokens / time until the last first token
+  double decode_tokens_per_s = 0;   // tokens after each first one / time after the last first one
 };
 
-// One request from empty caches: the prompt in one chunk, then greedy decode token by token.
-Result<RepetitionTimes> RunOnce(const LoadedTextModel& m, const std::vector<int32_t>& prompt,
-                                int32_t decode_tokens, ThreadPool& pool) {
-  using Clock = std::chrono::steady_clock;
-  RepetitionTimes times;
-  TextRequest request(m);
-  const Clock::time_point prefill_start = Clock::now();
-  DSV41_ASSIGN_OR_RETURN(std::vector<float> logits, request.Feed(prompt, 0, false, &pool));
-  int32_t next = Argmax(logits);  // the first token is part of the time to first token
-  times.prefill_s = std::chrono::duration<double>(Clock::now() - prefill_start).count();
-  const Clock::time_point decode_start = Clock::now();
-  for (int32_t i = 0; i < decode_tokens; ++i) {
-    DSV41_ASSIGN_OR_RETURN(logits, request.Feed({next}, 0, false, &pool));
-    next = Argmax(logits);
+// A synthetic prompt for stream `stream`: ids spread over the vocabulary, different per stream so
+// nothing is shared through the prefix cache (the speed does not depend on the ids).
+std::vector<int32_t> SyntheticPrompt(int32_t stream, int32_t tokens, int32_t vocab_size) {
+  std::vector<int32_t> prompt(tokens);
+  for (int32_t i = 0; i < tokens; ++i) {
+    prompt[i] =
+        static_cast<int32_t>((int64_t{i} * 7919 + 1000 + int64_t{stream} * 104729) % vocab_size);
   }
-  times.decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
+  return prompt;
+}
+
+Result<LevelTimes> RunLevel(const LoadedTextModel& m, const EngineOptions& options,
+                            ThreadPool& pool, const BenchFlags& flags, int32_t streams) {
+  using Clock = std::chrono::steady_clock;
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(m, options, pool));
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = flags.decode_tokens + 1;  // the first token ends the prefill
+  params.ignore_eos = true;
+  const Clock::time_point start = Clock::now();
+  std::map<uint64_t, std::vector<double>> token_times;  // per request, seconds from the start
+  for (int32_t i = 0; i < streams; ++i) {
+    DSV41_ASSIGN_OR_RETURN(
+        uint64_t id,
+        engine->AddRequest(SyntheticPrompt(i, flags.prompt_tokens, m.config().vocab_size), params));
+    token_times[id];
+  }
+  while (engine->HasUnfinished()) {
+    DSV41_ASSIGN_OR_RETURN(std::vector<RequestOutput> outputs, engine->Step());
+    const double now = std::chrono::duration<double>(Clock::now() - start).count();
+    for (const RequestOutput& out : outputs) {
+      if (out.finish == FinishReason::kError) return InternalError("%s", out.error.c_str());
+      for (size_t k = 0; k < out.new_token_ids.size(); ++k)
+        token_times[out.request_id].push_back(now);
+    }
+  }
+  LevelTimes times;
+  double last_first = 0, end = 0;
+  int64_t decoded = 0;
+  for (const auto& [id, t] : token_times) {
+    if (t.empty()) continue;
+    times.ttft_s.push_back(t.front());
+    last_first = std::max(last_first, t.front());
+    end = std::max(end, t.back());
+    if (t.size() > 1) times.tpot_s.push_back((t.back() - t.front()) / (t.size() - 1));
+  }
+  for (const auto& [id, t] : token_times) {
+    for (double when : t) decoded += when > last_first;
+  }
+  times.prefill_tokens_per_s = int64_t{streams} * flags.prompt_tokens / std::max(last_first, 1e-9);
+  times.decode_tokens_per_s = decoded / std::max(end - last_first, 1e-9);
   return times;
 }
 
+Result<std::vector<int32_t>> ParseLevels(const std::string& text) {
+  std::vector<int32_t> levels;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 4096) {
+      return InvalidArgumentError("--concurrency: want a list like 1,8, got '%s'", text.c_str());
+    }
+    levels.push_back(static_cast<int32_t>(v));
+  }
+  if (levels.empty()) return InvalidArgumentError("--concurrency is empty");
+  return levels;
+}
+
 int RunBench(const BenchFlags& flags) {
-  if (flags.prompt_tokens < 1 || flags.decode_tokens < 1 || flags.repetitions < 1 ||
-      flags.threads < 0) {
+  Result<std::vector<int32_t>> levels = ParseLevels(flags.concurrency);
+  Result<EngineOptions> options = ToEngineOptions(flags.engine);
+  if (flags.prompt_tokens < 1 || flags.decode_tokens < 1 || flags.repetitions < 1 || !levels.ok() ||
+      !options.ok()) {
     std::fprintf(stderr,
                  "dsv41 bench: want --prompt-tokens >= 1, --decode-tokens >= 1, "
-                 "--repetitions >= 1, -t >= 0\n");
+                 "--repetitions >= 1, --concurrency N[,N...] and valid engine flags%s%s\n",
+                 levels.ok() ? "" : ": ", levels.ok() ? "" : levels.status().message().c_str());
     return 2;
   }
   Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir);
@@ -115,72 +177,76 @@ int RunBench(const BenchFlags& flags) {
     std::fprintf(stderr, "dsv41 bench: %s\n", m.status().ToString().c_str());
     return 1;
   }
-  const ModelConfig& config = m->weights->config();
-  const int64_t positions = int64_t{flags.prompt_tokens} + flags.decode_tokens;
-  if (positions > config.max_position_embeddings) {
-    std::fprintf(stderr, "dsv41 bench: %lld positions exceed max_position_embeddings %lld\n",
-                 static_cast<long long>(positions),
-                 static_cast<long long>(config.max_position_embeddings));
-    return 2;
-  }
-  // A fixed synthetic prompt: ids spread over the vocabulary (the speed does not depend on them).
-  std::vector<int32_t> prompt(flags.prompt_tokens);
-  for (int32_t i = 0; i < flags.prompt_tokens; ++i) {
-    prompt[i] = static_cast<int32_t>((int64_t{i} * 7919 + 1000) % config.vocab_size);
-  }
-  const int threads = flags.threads > 0
-                          ? flags.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const ModelConfig& config = m->config();
+  const int threads = ComputeThreads(flags.engine);
   ThreadPool pool(threads);
-
-  std::vector<double> ttft_s;
-  std::vector<double> prefill_tps;
-  std::vector<double> decode_tps;
-  std::vector<double> decode_s_per_token;
-  for (int32_t r = 0; r < flags.repetitions; ++r) {
-    Result<RepetitionTimes> times = RunOnce(*m, prompt, flags.decode_tokens, pool);
-    if (!times.ok()) {
-      std::fprintf(stderr, "dsv41 bench: %s\n", times.status().ToString().c_str());
-      return 1;
-    }
-    const double prefill_s = std::max(times->prefill_s, 1e-9);
-    const double decode_s = std::max(times->decode_s, 1e-9);
-    ttft_s.push_back(prefill_s);
-    prefill_tps.push_back(flags.prompt_tokens / prefill_s);
-    decode_tps.push_back(flags.decode_tokens / decode_s);
-    decode_s_per_token.push_back(decode_s / flags.decode_tokens);
-    std::fprintf(stderr, "repetition %d/%d: ttft %.1f ms, decode %.2f tok/s\n", r + 1,
-                 flags.repetitions, prefill_s * 1e3, flags.decode_tokens / decode_s);
-  }
   const MachineLimits limits = MeasureMachineLimits(pool);
   const DecodeWeightBytes weight = ComputeDecodeWeightBytes(config, m->weights->expected());
-  const double s_per_token = Median(decode_s_per_token);
-  const double weight_read_bps = static_cast<double>(weight.total) / s_per_token;
-  const double ratio =
-      limits.read_bytes_per_second > 0 ? weight_read_bps / limits.read_bytes_per_second : 0.0;
 
-  std::printf("dsv41 bench (medians of %d repetitions)\n", flags.repetitions);
-  std::printf("  %-32s %s\n", "model", flags.model_dir.c_str());
-  std::printf("  %-32s %d\n", "threads", threads);
-  std::printf("  %-32s %d\n", "prompt_tokens", flags.prompt_tokens);
-  std::printf("  %-32s %d\n", "decode_tokens", flags.decode_tokens);
-  std::printf("  %-32s %d\n", "repetitions", flags.repetitions);
-  std::printf("  %-32s %.3f\n", "time_to_first_token_ms", Median(ttft_s) * 1e3);
-  std::printf("  %-32s %.2f\n", "prefill_tokens_per_s", Median(prefill_tps));
-  std::printf("  %-32s %.2f\n", "decode_tokens_per_s", Median(decode_tps));
-  std::printf("  %-32s %.3f\n", "decode_ms_per_token", s_per_token * 1e3);
-  std::printf("  %-32s %llu (%.2f MiB)\n", "weight_bytes_per_decode_token",
-              static_cast<unsigned long long>(weight.total),
-              static_cast<double>(weight.total) / (1 << 20));
-  for (int k = 0; k < kNumWeightKinds; ++k) {
-    if (weight.by_kind[k] == 0) continue;
-    const std::string_view name = WeightKindName(static_cast<WeightKind>(k));
-    std::printf("    %-30.*s %llu\n", static_cast<int>(name.size()), name.data(),
-                static_cast<unsigned long long>(weight.by_kind[k]));
+  if (!flags.json) {
+    std::printf("dsv41 bench (medians of %d repetitions)\n", flags.repetitions);
+    std::printf("  %-32s %s\n", "model", flags.model_dir.c_str());
+    std::printf("  %-32s %d\n", "threads", threads);
+    std::printf("  %-32s %d\n", "prompt_tokens", flags.prompt_tokens);
+    std::printf("  %-32s %d\n", "decode_tokens", flags.decode_tokens);
+    std::printf("  %-32s %llu (%.2f MiB)\n", "weight_bytes_per_decode_token",
+                static_cast<unsigned long long>(weight.total),
+                static_cast<double>(weight.total) / (1 << 20));
+    for (int k = 0; k < kNumWeightKinds; ++k) {
+      if (weight.by_kind[k] == 0) continue;
+      const std::string_view name = WeightKindName(static_cast<WeightKind>(k));
+      std::printf("    %-30.*s %llu\n", static_cast<int>(name.size()), name.data(),
+                  static_cast<unsigned long long>(weight.by_kind[k]));
+    }
+    std::printf("  %-32s %.3f\n", "machine_read_gb_per_s", limits.read_bytes_per_second / 1e9);
   }
-  std::printf("  %-32s %.3f\n", "decode_weight_read_gb_per_s", weight_read_bps / 1e9);
-  std::printf("  %-32s %.3f\n", "machine_read_gb_per_s", limits.read_bytes_per_second / 1e9);
-  std::printf("  %-32s %.4f\n", "read_bandwidth_ratio", ratio);
+  double single_stream_decode = 0;
+  for (int32_t streams : *levels) {
+    std::vector<double> ttft, tpot, prefill_tps, decode_tps;
+    for (int32_t r = 0; r < flags.repetitions; ++r) {
+      Result<LevelTimes> times = RunLevel(*m, *options, pool, flags, streams);
+      if (!times.ok()) {
+        std::fprintf(stderr, "dsv41 bench: %s\n", times.status().ToString().c_str());
+        return 1;
+      }
+      ttft.insert(ttft.end(), times->ttft_s.begin(), times->ttft_s.end());
+      tpot.insert(tpot.end(), times->tpot_s.begin(), times->tpot_s.end());
+      prefill_tps.push_back(times->prefill_tokens_per_s);
+      decode_tps.push_back(times->decode_tokens_per_s);
+      std::fprintf(stderr, "concurrency %d, repetition %d/%d: decode %.2f tok/s\n", streams, r + 1,
+                   flags.repetitions, times->decode_tokens_per_s);
+    }
+    const double decode = Median(decode_tps);
+    if (streams == 1) single_stream_decode = decode;
+    // At one stream each decode token reads the whole decode weight set once.
+    const double weight_read_bps = streams == 1 ? static_cast<double>(weight.total) * decode : 0;
+    const double ratio =
+        limits.read_bytes_per_second > 0 ? weight_read_bps / limits.read_bytes_per_second : 0.0;
+    if (flags.json) {
+      OrderedJson line;
+      line["concurrency"] = streams;
+      line["decode_tokens_per_s"] = decode;
+      line["tpot_ms_median"] = Median(tpot) * 1e3;
+      line["ttft_ms_median"] = Median(ttft) * 1e3;
+      line["prefill_tokens_per_s"] = Median(prefill_tps);
+      if (streams == 1) line["read_bandwidth_ratio"] = ratio;
+      if (single_stream_decode > 0) line["decode_vs_one_stream"] = decode / single_stream_decode;
+      std::printf("%s\n", line.dump().c_str());
+      continue;
+    }
+    std::printf("  concurrency %d\n", streams);
+    std::printf("    %-30s %.3f\n", "time_to_first_token_ms", Median(ttft) * 1e3);
+    std::printf("    %-30s %.2f\n", "prefill_tokens_per_s", Median(prefill_tps));
+    std::printf("    %-30s %.2f\n", "decode_tokens_per_s", decode);
+    std::printf("    %-30s %.3f\n", "decode_ms_per_token", Median(tpot) * 1e3);
+    if (streams == 1) {
+      std::printf("    %-30s %.3f\n", "decode_weight_read_gb_per_s", weight_read_bps / 1e9);
+      std::printf("    %-30s %.4f\n", "read_bandwidth_ratio", ratio);
+    }
+    if (single_stream_decode > 0 && streams > 1) {
+      std::printf("    %-30s %.2f\n", "decode_vs_one_stream", decode / single_stream_decode);
+    }
+  }
   return 0;
 }
 
@@ -189,12 +255,16 @@ std::function<int()> SetupBench(CLI::App& sub) {
   sub.add_option("-m,--model", flags->model_dir, "model directory")->required();
   sub.add_option("--prompt-tokens", flags->prompt_tokens, "prompt length (one prefill chunk)")
       ->capture_default_str();
-  sub.add_option("--decode-tokens", flags->decode_tokens, "greedy decode steps after the prompt")
+  sub.add_option("--decode-tokens", flags->decode_tokens,
+                 "tokens each request generates after its first")
       ->capture_default_str();
-  sub.add_option("-r,--repetitions", flags->repetitions, "runs of prompt + decode (medians)")
+  sub.add_option("-r,--repetitions", flags->repetitions, "runs of each concurrency level (medians)")
       ->capture_default_str();
-  sub.add_option("-t,--threads", flags->threads, "compute threads (0: all cores)")
+  sub.add_option("--concurrency", flags->concurrency,
+                 "comma-separated numbers of simultaneous requests, e.g. 1,8")
       ->capture_default_str();
+  sub.add_flag("--json", flags->json, "one JSON object per concurrency level on stdout");
+  AddEngineFlags(sub, flags->engine);
   return [flags] { return RunBench(*flags); };
 }
 

@@ -14,7 +14,9 @@
 #include "base/json.h"
 #include "base/npy.h"
 #include "cli/command.h"
-#include "cli/text_session.h"
+#include "cli/engine_flags.h"
+#include "engine/engine.h"
+#include "engine/loaded_model.h"
 
 namespace dsv41 {
 namespace {
@@ -26,9 +28,32 @@ struct LogitsFlags {
   int32_t chunk = 0;
   std::string out;
   int32_t top_k = 0;
-  int threads = 0;
   bool reference_linear = false;
+  EngineFlags engine;
 };
+
+// The logits of every position of `ids`, one request through the engine: its prefill runs in
+// chunks of --max-num-batched-tokens tokens.
+Result<std::vector<float>> PromptLogits(const LoadedTextModel& m, const EngineOptions& options,
+                                        ThreadPool& pool, std::vector<int32_t> ids) {
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(m, options, pool));
+  PrintEngineLayout(*engine, options);
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = 1;
+  DSV41_ASSIGN_OR_RETURN(uint64_t id, engine->AddRequest(std::move(ids), params,
+                                                         AddRequestOptions{.prompt_logits = true}));
+  std::vector<float> logits;
+  while (engine->HasUnfinished()) {
+    DSV41_ASSIGN_OR_RETURN(std::vector<RequestOutput> outputs, engine->Step());
+    for (RequestOutput& out : outputs) {
+      if (out.request_id != id) continue;
+      if (out.finish == FinishReason::kError) return InternalError("%s", out.error.c_str());
+      logits.insert(logits.end(), out.prompt_logits.begin(), out.prompt_logits.end());
+    }
+  }
+  return logits;
+}
 
 bool ParseIds(const std::string& text, std::vector<int32_t>& ids) {
   std::stringstream in(text);
@@ -57,6 +82,14 @@ int RunLogits(const LogitsFlags& flags) {
     std::fprintf(stderr, "dsv41 logits: give --out FILE.npy and/or --top-k K\n");
     return 2;
   }
+  LogitsFlags engine_flags = flags;
+  if (flags.chunk > 0) engine_flags.engine.max_num_batched_tokens = flags.chunk;
+  if (flags.chunk <= 0) engine_flags.engine.max_num_batched_tokens = 1 << 30;  // one chunk
+  Result<EngineOptions> options = ToEngineOptions(engine_flags.engine);
+  if (!options.ok()) {
+    std::fprintf(stderr, "dsv41 logits: %s\n", options.status().ToString().c_str());
+    return 2;
+  }
   Result<LoadedTextModel> m = LoadedTextModel::Load(
       flags.model_dir, TextModelOptions{.reference_linear = flags.reference_linear});
   if (!m.ok()) {
@@ -71,16 +104,14 @@ int RunLogits(const LogitsFlags& flags) {
     }
     ids = std::move(encoded).value();
   }
-  ThreadPool pool(flags.threads > 0 ? flags.threads
-                                    : std::max(1u, std::thread::hardware_concurrency()));
-  TextRequest request(*m);
-  Result<std::vector<float>> logits = request.Feed(ids, flags.chunk, /*all_logits=*/true, &pool);
+  ThreadPool pool(ComputeThreads(flags.engine));
+  const int64_t positions = static_cast<int64_t>(ids.size());
+  Result<std::vector<float>> logits = PromptLogits(*m, *options, pool, ids);
   if (!logits.ok()) {
     std::fprintf(stderr, "dsv41 logits: %s\n", logits.status().ToString().c_str());
     return 1;
   }
   const int32_t vocab = m->model->vocab_size();
-  const int64_t positions = static_cast<int64_t>(ids.size());
   if (!flags.out.empty()) {
     const int64_t shape[] = {positions, vocab};
     const Status s = WriteNpyFloat32(flags.out, *logits, shape);
@@ -116,13 +147,14 @@ std::function<int()> SetupLogits(CLI::App& sub) {
   sub.add_option("-m,--model", flags->model_dir, "model directory")->required();
   sub.add_option("--ids", flags->ids, "comma-separated prompt token ids");
   sub.add_option("--prompt", flags->prompt, "prompt text (tokenized, no chat template)");
-  sub.add_option("--chunk", flags->chunk, "prefill chunk size in tokens (0: one chunk)")
+  sub.add_option("--chunk", flags->chunk,
+                 "prefill chunk size in tokens, through the scheduler's chunked prefill (0: one "
+                 "chunk)")
       ->capture_default_str();
   sub.add_option("--out", flags->out, "write the logits [positions, vocab] as float32 .npy");
   sub.add_option("--top-k", flags->top_k, "print the top K ids and values of each position")
       ->capture_default_str();
-  sub.add_option("-t,--threads", flags->threads, "compute threads (0: all cores)")
-      ->capture_default_str();
+  AddEngineFlags(sub, flags->engine);
   sub.add_flag("--reference-linear", flags->reference_linear,
                "MoE and Engram products through the exact reference Linear (slow; the goldens')");
   return [flags] { return RunLogits(*flags); };

@@ -10,7 +10,7 @@
 #include "base/json.h"
 #include "cli/command.h"
 #include "cli/progress_printer.h"
-#include "kv/cache_plan.h"
+#include "model/cache_plan.h"
 #include "model/config.h"
 #include "model/layer_plan.h"
 #include "model/weight_summary.h"

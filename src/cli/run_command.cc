@@ -1,19 +1,17 @@
-// `dsv41 run`: generates text from a prompt with the built-in forward, one request, greedy or
-// seeded sampling, streaming the decoded text to stdout; prefill and decode speed on stderr.
+// `dsv41 run`: generates text from a prompt through the engine (paged KV cache, scheduler,
+// sampler), greedy or seeded sampling, streaming the decoded text to stdout; prefill and decode
+// speed on stderr.
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <numeric>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli/command.h"
-#include "cli/text_session.h"
+#include "cli/engine_flags.h"
+#include "engine/engine.h"
+#include "engine/loaded_model.h"
 
 namespace dsv41 {
 namespace {
@@ -21,53 +19,18 @@ namespace {
 struct RunFlags {
   std::string model_dir;
   std::string prompt;
-  int32_t max_tokens = 64;
-  double temperature = 0.0;
-  double top_p = 1.0;
-  int32_t top_k = 0;
-  uint64_t seed = 0;
+  SamplingParams params;
+  std::vector<std::string> stop;
   int32_t chunk = 0;
-  int threads = 0;
+  EngineFlags engine;
 };
 
-// The next token from `logits`: argmax (lowest id on ties) when temperature <= 0; otherwise a draw
-// from softmax(logits / temperature) restricted to the top_k ids (0: all) and then to the smallest
-// prefix of them, by descending probability, whose mass reaches top_p.
-int32_t SampleToken(const std::vector<float>& logits, const RunFlags& flags, std::mt19937_64& rng) {
-  const int32_t vocab = static_cast<int32_t>(logits.size());
-  if (flags.temperature <= 0) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  const int32_t k = flags.top_k > 0 ? std::min(flags.top_k, vocab) : vocab;
-  std::vector<double> probs(k);
-  const double top = logits[order[0]];
-  double total = 0;
-  for (int32_t i = 0; i < k; ++i) {
-    probs[i] = std::exp((logits[order[i]] - top) / flags.temperature);
-    total += probs[i];
-  }
-  int32_t keep = k;
-  if (flags.top_p < 1.0) {
-    double mass = 0;
-    for (int32_t i = 0; i < k; ++i) {
-      mass += probs[i] / total;
-      if (mass >= flags.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  std::discrete_distribution<int32_t> pick(probs.begin(), probs.begin() + keep);
-  return order[pick(rng)];
-}
-
-int RunRun(const RunFlags& flags) {
-  if (flags.max_tokens < 0 || flags.top_p <= 0 || flags.top_p > 1 || flags.top_k < 0) {
-    std::fprintf(stderr, "dsv41 run: want --max-tokens >= 0, --top-p in (0, 1], --top-k >= 0\n");
+int RunRun(RunFlags flags) {
+  flags.params.stop = flags.stop;
+  if (flags.chunk > 0) flags.engine.max_num_batched_tokens = flags.chunk;
+  Result<EngineOptions> options = ToEngineOptions(flags.engine);
+  if (!options.ok()) {
+    std::fprintf(stderr, "dsv41 run: %s\n", options.status().ToString().c_str());
     return 2;
   }
   Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir);
@@ -80,69 +43,86 @@ int RunRun(const RunFlags& flags) {
     std::fprintf(stderr, "dsv41 run: %s\n", prompt.status().ToString().c_str());
     return 1;
   }
-  if (prompt->empty()) {
-    std::fprintf(stderr, "dsv41 run: the prompt encodes to no tokens\n");
+  ThreadPool pool(ComputeThreads(flags.engine));
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, *options, pool);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "dsv41 run: %s\n", engine.status().ToString().c_str());
     return 2;
   }
-  const int32_t eos =
-      m->tokenizer->IdOf("<｜end▁of▁sentence｜>").value_or(m->weights->config().eos_token_id);
-  ThreadPool pool(flags.threads > 0 ? flags.threads
-                                    : std::max(1u, std::thread::hardware_concurrency()));
-  std::mt19937_64 rng(flags.seed);
-  TextRequest request(*m);
-  StreamingDetokenizer detokenizer(*m->tokenizer);
-  using Clock = std::chrono::steady_clock;
-
-  const Clock::time_point prefill_start = Clock::now();
-  Result<std::vector<float>> logits = request.Feed(*prompt, flags.chunk, false, &pool);
-  const double prefill_s = std::chrono::duration<double>(Clock::now() - prefill_start).count();
-  if (!logits.ok()) {
-    std::fprintf(stderr, "dsv41 run: %s\n", logits.status().ToString().c_str());
-    return 1;
+  PrintEngineLayout(**engine, *options);
+  const int32_t prompt_tokens = static_cast<int32_t>(prompt->size());
+  Result<uint64_t> id = (*engine)->AddRequest(std::move(prompt).value(), flags.params);
+  if (!id.ok()) {
+    std::fprintf(stderr, "dsv41 run: %s\n", id.status().ToString().c_str());
+    return 2;
   }
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first_token;
   int32_t generated = 0;
-  const Clock::time_point decode_start = Clock::now();
-  while (generated < flags.max_tokens) {
-    const int32_t next = SampleToken(*logits, flags, rng);
-    ++generated;
-    if (next == eos) break;
-    std::fputs(detokenizer.Push(next).c_str(), stdout);
-    std::fflush(stdout);
-    if (generated == flags.max_tokens) break;
-    logits = request.Feed({next}, 0, false, &pool);
-    if (!logits.ok()) {
-      std::fprintf(stderr, "\ndsv41 run: %s\n", logits.status().ToString().c_str());
+  FinishReason finish = FinishReason::kNone;
+  while ((*engine)->HasUnfinished()) {
+    Result<std::vector<RequestOutput>> outputs = (*engine)->Step();
+    if (!outputs.ok()) {
+      std::fprintf(stderr, "\ndsv41 run: %s\n", outputs.status().ToString().c_str());
       return 1;
     }
+    for (const RequestOutput& out : *outputs) {
+      if (generated == 0 && !out.new_token_ids.empty()) first_token = Clock::now();
+      generated += static_cast<int32_t>(out.new_token_ids.size());
+      std::fputs(out.text.c_str(), stdout);
+      std::fflush(stdout);
+      if (out.finish == FinishReason::kError) {
+        std::fprintf(stderr, "\ndsv41 run: %s\n", out.error.c_str());
+        return 1;
+      }
+      if (out.finish != FinishReason::kNone) finish = out.finish;
+    }
   }
-  std::fputs(detokenizer.Finish().c_str(), stdout);
   std::fputs("\n", stdout);
   std::fflush(stdout);  // the text ends before the stats line on stderr
-  const double decode_s = std::chrono::duration<double>(Clock::now() - decode_start).count();
+  const Clock::time_point end = Clock::now();
+  const double prefill_s = std::chrono::duration<double>(first_token - start).count();
+  const double decode_s = std::chrono::duration<double>(end - first_token).count();
   std::fprintf(stderr,
-               "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s "
-               "(%.1f tok/s)\n",
-               prompt->size(), prefill_s, prompt->size() / std::max(prefill_s, 1e-9), generated,
-               decode_s, generated / std::max(decode_s, 1e-9));
+               "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s "
+               "(%.1f tok/s); finish: %s\n",
+               prompt_tokens, prefill_s, prompt_tokens / std::max(prefill_s, 1e-9), generated,
+               decode_s, std::max(generated - 1, 0) / std::max(decode_s, 1e-9),
+               std::string(FinishReasonName(finish)).c_str());
   return 0;
 }
 
 std::function<int()> SetupRun(CLI::App& sub) {
   auto flags = std::make_shared<RunFlags>();
+  flags->params.temperature = 0.0f;  // greedy unless asked
+  flags->params.max_tokens = 64;
   sub.add_option("-m,--model", flags->model_dir, "model directory")->required();
   sub.add_option("-p,--prompt", flags->prompt, "prompt text (no chat template)")->required();
-  sub.add_option("-n,--max-tokens", flags->max_tokens, "tokens to generate at most")
+  sub.add_option("-n,--max-tokens", flags->params.max_tokens, "tokens to generate at most")
       ->capture_default_str();
-  sub.add_option("--temperature", flags->temperature, "sampling temperature (0: greedy)")
+  sub.add_option("--temperature", flags->params.temperature, "sampling temperature (0: greedy)")
       ->capture_default_str();
-  sub.add_option("--top-p", flags->top_p, "nucleus sampling mass")->capture_default_str();
-  sub.add_option("--top-k", flags->top_k, "sample among the K most likely tokens (0: all)")
+  sub.add_option("--top-p", flags->params.top_p, "nucleus sampling mass")->capture_default_str();
+  sub.add_option("--top-k", flags->params.top_k, "sample among the K most likely tokens (0: all)")
       ->capture_default_str();
-  sub.add_option("-s,--seed", flags->seed, "sampling seed")->capture_default_str();
-  sub.add_option("--chunk", flags->chunk, "prefill chunk size in tokens (0: one chunk)")
+  sub.add_option("--min-p", flags->params.min_p, "drop tokens below min-p × the top probability")
       ->capture_default_str();
-  sub.add_option("-t,--threads", flags->threads, "compute threads (0: all cores)")
+  sub.add_option("--repetition-penalty", flags->params.repetition_penalty,
+                 "divide (multiply) positive (negative) logits of seen tokens")
       ->capture_default_str();
+  sub.add_option("--presence-penalty", flags->params.presence_penalty,
+                 "subtract from the logits of generated tokens")
+      ->capture_default_str();
+  sub.add_option("--frequency-penalty", flags->params.frequency_penalty,
+                 "subtract per occurrence in the generated tokens")
+      ->capture_default_str();
+  sub.add_option("--stop", flags->stop, "stop string (repeatable; not printed)");
+  sub.add_option("-s,--seed", flags->params.seed, "sampling seed (default: random)");
+  sub.add_option("--chunk", flags->chunk,
+                 "prefill chunk size in tokens (0: --max-num-batched-tokens)")
+      ->capture_default_str();
+  AddEngineFlags(sub, flags->engine);
   return [flags] { return RunRun(*flags); };
 }
 

@@ -116,17 +116,6 @@ void SinkAttention(std::span<const float> q, std::span<const float* const> keys,
   for (size_t d = 0; d < dim; ++d) out[d] = Bf16Round(acc[d] / den);
 }
 
-std::span<const float> SwaCache::Row(int32_t pos) const {
-  DSV41_CHECK(pos >= 0 && pos < num_positions(), "SWA row %d of %d", pos, num_positions());
-  return std::span<const float>(rows_).subspan(static_cast<size_t>(pos) * head_dim_, head_dim_);
-}
-
-void SwaCache::Append(std::span<const float> row) {
-  DSV41_CHECK(row.size() == static_cast<size_t>(head_dim_), "row %zu, head_dim %d", row.size(),
-              head_dim_);
-  rows_.insert(rows_.end(), row.begin(), row.end());
-}
-
 Attention::Attention(const ModelConfig& config, const LayerRole& role, std::string prefix)
     : config_(config),
       role_(role),
@@ -172,45 +161,59 @@ Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights
   return a;
 }
 
-void Attention::Forward(std::span<const float> x, int32_t num_tokens, AttentionCache& cache,
-                        const CompressedSelection* compressed, std::span<float> out,
+void Attention::QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
+                            ThreadPool* pool) const {
+  DSV41_CHECK(static_cast<int64_t>(x.size()) == int64_t{num_tokens} * config_.hidden_size &&
+                  static_cast<int64_t>(qr.size()) == int64_t{num_tokens} * config_.q_lora_rank,
+              "x %zu, qr %zu for %d tokens", x.size(), qr.size(), num_tokens);
+  LinearBf16(wq_a_, x, num_tokens, qr, pool);
+  RmsNormRows(qr, num_tokens, q_norm_, static_cast<float>(config_.rms_norm_eps), qr);
+}
+
+void Attention::Forward(std::span<const float> x, std::span<const float> qr,
+                        std::span<const BatchRequest> requests, const KvCacheView& cache,
+                        std::span<const CompressedSelection> selections, std::span<float> out,
                         ThreadPool* pool) const {
-  const int64_t t_count = num_tokens;
   const int64_t hidden = config_.hidden_size;
+  const int64_t t_count = static_cast<int64_t>(x.size()) / hidden;
   const int64_t num_heads = config_.num_attention_heads;
   const int64_t head_dim = config_.head_dim;
-  const int64_t q_rank = config_.q_lora_rank;
   const int64_t half = config_.qk_rope_head_dim / 2;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden, "x %zu", x.size());
-  DSV41_CHECK(static_cast<int64_t>(out.size()) == t_count * hidden, "out %zu", out.size());
-  DSV41_CHECK(cache.swa.head_dim() == head_dim, "cache head_dim %d", cache.swa.head_dim());
-  const int32_t start_pos = cache.swa.num_positions();
-  DSV41_CHECK((compressed != nullptr) == (role_.ratio > 0), "layer %d: ratio %d, selection %s",
-              role_.layer, role_.ratio, compressed != nullptr ? "given" : "missing");
-  if (compressed != nullptr) {
-    DSV41_CHECK(
-        compressed->cache != nullptr && compressed->per_token >= 0 &&
-            static_cast<int64_t>(compressed->entries.size()) == t_count * compressed->per_token,
-        "selection of %zu ids, %d per token", compressed->entries.size(), compressed->per_token);
-    DSV41_CHECK(compressed->cache->head_dim == head_dim, "compressed head_dim %d",
-                compressed->cache->head_dim);
+  const KvCacheLayout& layout = *cache.layout;
+  const int32_t block_tokens = layout.block_tokens;
+  const KvRowPlace& swa = layout.swa[role_.layer];
+  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden &&
+                  static_cast<int64_t>(out.size()) == t_count * hidden &&
+                  static_cast<int64_t>(qr.size()) == t_count * config_.q_lora_rank,
+              "x %zu, qr %zu, out %zu", x.size(), qr.size(), out.size());
+  DSV41_CHECK(layout.head_dim == head_dim, "cache head_dim %d", layout.head_dim);
+  DSV41_CHECK(selections.size() == (role_.ratio > 0 ? requests.size() : 0),
+              "layer %d: ratio %d, %zu selections for %zu requests", role_.layer, role_.ratio,
+              selections.size(), requests.size());
+  const KvSourcePlaces* source = nullptr;
+  if (role_.ratio > 0) {
+    source = &*layout.sources[*role_.kv_source_layer];
   }
 
-  // cos/sin of every new position, shared by q, kv and the inverse rotation of the output.
+  // Per row: its request, and the cos/sin of its position (shared by q, kv and the inverse
+  // rotation of the output).
+  std::vector<int32_t> request_of(t_count);
   std::vector<float> cos(t_count * half);
   std::vector<float> sin(t_count * half);
-  for (int64_t t = 0; t < t_count; ++t) {
-    rope_.Angles(start_pos + static_cast<int32_t>(t), std::span<float>(cos).subspan(t * half, half),
-                 std::span<float>(sin).subspan(t * half, half));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BatchRequest& r = requests[i];
+    for (int32_t t = 0; t < r.num_tokens; ++t) {
+      const int64_t row = r.first_row + t;
+      request_of[row] = static_cast<int32_t>(i);
+      rope_.Angles(r.start_pos + t, std::span<float>(cos).subspan(row * half, half),
+                   std::span<float>(sin).subspan(row * half, half));
+    }
   }
   auto cos_of = [&](int64_t t) { return std::span<const float>(cos).subspan(t * half, half); };
   auto sin_of = [&](int64_t t) { return std::span<const float>(sin).subspan(t * half, half); };
 
-  // §7.1 query path: qr = RMSNorm(q_norm, wq_a·x); q = rope(wq_b·qr) per head.
-  std::vector<float> qr(t_count * q_rank);
-  LinearBf16(wq_a_, x, t_count, qr, pool);
-  RmsNormRows(qr, t_count, q_norm_, eps, qr);
+  // §7.1 query path: q = rope(wq_b·qr) per head.
   std::vector<float> q(t_count * num_heads * head_dim);
   LinearBf16(wq_b_, qr, t_count, q, pool);
   for (int64_t t = 0; t < t_count; ++t) {
@@ -220,43 +223,95 @@ void Attention::Forward(std::span<const float> x, int32_t num_tokens, AttentionC
     }
   }
 
-  // §7.2 SWA path: kv = fq8_b32(rope(RMSNorm(kv_norm, wkv·x))), one window row per position.
+  // §7.2 SWA path: kv = fq8_b32(rope(RMSNorm(kv_norm, wkv·x))), stored at its position's row.
   std::vector<float> kv(t_count * head_dim);
   LinearBf16(wkv_, x, t_count, kv, pool);
-  for (int64_t t = 0; t < t_count; ++t) {
-    std::span<float> row = std::span<float>(kv).subspan(t * head_dim, head_dim);
-    RmsNorm(row, kv_norm_, eps, row);
-    Rope::RotateWith(row, cos_of(t), sin_of(t), /*inverse=*/false);
-    FakeQuantFq8B32(row);
-    cache.swa.Append(row);
+  for (const BatchRequest& r : requests) {
+    const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
+    for (int32_t t = 0; t < r.num_tokens; ++t) {
+      const int64_t row = r.first_row + t;
+      const int32_t pos = r.start_pos + t;
+      std::span<float> values = std::span<float>(kv).subspan(row * head_dim, head_dim);
+      RmsNorm(values, kv_norm_, eps, values);
+      Rope::RotateWith(values, cos_of(row), sin_of(row), /*inverse=*/false);
+      FakeQuantFq8B32(values);
+      EncodeSwaRow(layout.profile, values,
+                   cache.Row(swa, BlockAt(table, pos / block_tokens), pos % block_tokens));
+    }
+  }
+
+  // The keys each request's tokens may attend, decoded once: its window rows from
+  // max(0, start − W + 1) on, and the union of its tokens' selected entries.
+  const int32_t window = config_.sliding_window;
+  struct RequestKeys {
+    int32_t window_begin = 0;
+    std::vector<float> window_rows;    // [positions window_begin .., head_dim]
+    std::vector<int32_t> entry_index;  // entry id → row of `entries`, −1 when not selected
+    std::vector<float> entries;        // [selected entries, head_dim]
+  };
+  std::vector<RequestKeys> keys_of(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BatchRequest& r = requests[i];
+    RequestKeys& k = keys_of[i];
+    k.window_begin = std::max(0, r.start_pos - window + 1);
+    const int32_t end = r.start_pos + r.num_tokens;
+    k.window_rows.resize(static_cast<size_t>(end - k.window_begin) * head_dim);
+    const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
+    for (int32_t p = k.window_begin; p < end; ++p) {
+      DecodeSwaRow(layout.profile,
+                   cache.Row(swa, BlockAt(table, p / block_tokens), p % block_tokens),
+                   std::span<float>(k.window_rows)
+                       .subspan(static_cast<size_t>(p - k.window_begin) * head_dim, head_dim));
+    }
+    if (source == nullptr) continue;
+    const CompressedSelection& sel = selections[i];
+    DSV41_CHECK(sel.per_token >= 0 && static_cast<int64_t>(sel.entries.size()) ==
+                                          int64_t{r.num_tokens} * sel.per_token,
+                "selection of %zu ids, %d per token", sel.entries.size(), sel.per_token);
+    const int32_t num_entries = end / source->ratio;
+    k.entry_index.assign(num_entries, -1);
+    const std::span<const uint32_t> kv_table = r.block_tables[source->kv.group_idx];
+    const int32_t rows_per_page = source->kv.rows_per_page;
+    int32_t num_selected = 0;
+    for (int32_t e : sel.entries) {
+      if (e < 0 || k.entry_index[e] >= 0) continue;
+      DSV41_CHECK(e < num_entries, "entry %d of %d", e, num_entries);
+      k.entry_index[e] = num_selected++;
+      k.entries.resize(static_cast<size_t>(num_selected) * head_dim);
+      DecodeKvRow(layout.profile,
+                  cache.Row(source->kv, BlockAt(kv_table, e / rows_per_page), e % rows_per_page),
+                  std::span<float>(k.entries).subspan(
+                      static_cast<size_t>(num_selected - 1) * head_dim, head_dim));
+    }
   }
 
   // §7.6: each (token, head) attends the window rows max(0, p − W + 1) .. p in position order,
   // then its selected compressed entries in the given (ascending) order.
   std::vector<float> o(t_count * num_heads * head_dim);
-  const int32_t window = config_.sliding_window;
   auto attend = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
     std::vector<const float*> keys;
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t t = i / num_heads;
-      const int64_t h = i % num_heads;
-      const int32_t pos = start_pos + static_cast<int32_t>(t);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / num_heads;
+      const int64_t h = item % num_heads;
+      const int32_t i = request_of[t];
+      const BatchRequest& r = requests[i];
+      const RequestKeys& k = keys_of[i];
+      const int32_t pos = r.start_pos + static_cast<int32_t>(t - r.first_row);
       keys.clear();
-      for (int32_t k = std::max(0, pos - window + 1); k <= pos; ++k) {
-        keys.push_back(cache.swa.Row(k).data());
+      for (int32_t p = std::max(0, pos - window + 1); p <= pos; ++p) {
+        keys.push_back(k.window_rows.data() + static_cast<size_t>(p - k.window_begin) * head_dim);
       }
-      if (compressed != nullptr) {
-        const int32_t per_token = compressed->per_token;
-        for (int32_t slot = 0; slot < per_token; ++slot) {
-          const int32_t entry = compressed->entries[t * per_token + slot];
+      if (source != nullptr) {
+        const CompressedSelection& sel = selections[i];
+        for (int32_t slot = 0; slot < sel.per_token; ++slot) {
+          const int32_t entry = sel.entries[(t - r.first_row) * sel.per_token + slot];
           if (entry < 0) continue;
-          DSV41_CHECK(entry < compressed->cache->num_entries(), "entry %d of %d", entry,
-                      compressed->cache->num_entries());
-          keys.push_back(compressed->cache->Kv(entry).data());
+          keys.push_back(k.entries.data() + static_cast<size_t>(k.entry_index[entry]) * head_dim);
         }
       }
-      SinkAttention(std::span<const float>(q).subspan(i * head_dim, head_dim), keys, attn_sink_[h],
-                    attn_scale_, std::span<float>(o).subspan(i * head_dim, head_dim));
+      SinkAttention(std::span<const float>(q).subspan(item * head_dim, head_dim), keys,
+                    attn_sink_[h], attn_scale_,
+                    std::span<float>(o).subspan(item * head_dim, head_dim));
     }
   };
   if (pool != nullptr) {

@@ -17,8 +17,9 @@
 
 #include "base/status.h"
 #include "kernels/linear.h"
-#include "model/compressor.h"
+#include "model/batch.h"
 #include "model/config.h"
+#include "model/kv_layout.h"
 #include "model/layer_plan.h"
 #include "model/norm.h"
 #include "model/rope.h"
@@ -40,38 +41,10 @@ inline constexpr int32_t kAttentionKeyBlock = 64;
 void SinkAttention(std::span<const float> q, std::span<const float* const> keys, float sink,
                    float scale, std::span<float> out);
 
-// The window rows a layer keeps for one request (model.md §7.10): the post-RoPE, fq8-quantised
-// head_dim row of every position 0..num_positions()−1, contiguous. Rows older than the window are
-// kept (simple and exact; a ring of `sliding_window` rows is a later memory optimisation).
-// Engine thread only.
-class SwaCache {
- public:
-  explicit SwaCache(int32_t head_dim) : head_dim_(head_dim) {}
-
-  int32_t head_dim() const { return head_dim_; }
-  int32_t num_positions() const { return static_cast<int32_t>(rows_.size() / head_dim_); }
-  // The row of position `pos` < num_positions().
-  std::span<const float> Row(int32_t pos) const;
-  // Stores `row` (head_dim values) as position num_positions().
-  void Append(std::span<const float> row);
-
- private:
-  int32_t head_dim_;
-  std::vector<float> rows_;
-};
-
-// A request's per-layer attention state (model.md §7.10). The SWA-only role owns the window rows
-// alone; the compressed KV, index keys and pending pair of kv sources join here.
-struct AttentionCache {
-  explicit AttentionCache(int32_t head_dim) : swa(head_dim) {}
-  SwaCache swa;
-};
-
-// The compressed entries each new token of a forward attends (model.md §7.6, §7.8 keys_c):
-// `entries` [num_tokens, per_token] holds entry ids of `cache` in ascending order, −1 for unused
-// slots (the goldens' indexer_topk layout). Views; valid for one Forward call.
+// The compressed entries each new token of one request attends (model.md §7.6, §7.8 keys_c):
+// `entries` [num_tokens, per_token] holds entry ids of the layer's kv source in ascending order,
+// −1 for unused slots (the goldens' indexer_topk layout). A view, valid for one Forward call.
 struct CompressedSelection {
-  const CompressedCache* cache = nullptr;
   std::span<const int32_t> entries;
   int32_t per_token = 0;
 };
@@ -94,16 +67,21 @@ class Attention {
 
   const LayerRole& role() const { return role_; }
 
-  // A fresh per-request cache for this layer.
-  AttentionCache NewCache() const { return AttentionCache(config_.head_dim); }
+  // qr = RMSNorm(q_norm, wq_a · x) [num_tokens, q_lora_rank] (model.md §7.1 step 1): the
+  // low-rank query latent, which the layer's indexer reads too. x: [num_tokens, hidden_size].
+  void QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
+                   ThreadPool* pool) const;
 
-  // Runs the layer for `num_tokens` new tokens of one request at positions
-  // cache.swa.num_positions() .. + num_tokens − 1 (prefill, a chunk or one decode step: model.md
-  // §7.9). x: [num_tokens, hidden_size] attention input (bf16 values); out: [num_tokens,
-  // hidden_size] bf16 values. Appends the new window rows to `cache`. `compressed` must be given
-  // exactly when the role's ratio is > 0 (checked). `pool` may be null.
-  void Forward(std::span<const float> x, int32_t num_tokens, AttentionCache& cache,
-               const CompressedSelection* compressed, std::span<float> out, ThreadPool* pool) const;
+  // Runs the layer for every new token of a step (prefill, chunks and decode steps of several
+  // requests: model.md §7.9). x: [T, hidden_size] attention input (bf16 values), qr its
+  // QueryLatent; out: [T, hidden_size] bf16 values. The weight products run once over all T rows;
+  // each request writes its new window rows into `cache` through its block tables, then attends
+  // its own window and, when the role's ratio is > 0, selections[i] of its kv source's entries
+  // (selections has one entry per request exactly then; checked). `pool` may be null.
+  void Forward(std::span<const float> x, std::span<const float> qr,
+               std::span<const BatchRequest> requests, const KvCacheView& cache,
+               std::span<const CompressedSelection> selections, std::span<float> out,
+               ThreadPool* pool) const;
 
  private:
   Attention(const ModelConfig& config, const LayerRole& role, std::string prefix);

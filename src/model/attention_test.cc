@@ -12,6 +12,7 @@
 #include "base/npy.h"
 #include "base/thread_pool.h"
 #include "model/compressor.h"
+#include "model/kv_layout.h"
 #include "model/rope.h"
 #include "model/weights.h"
 #include "numerics/codecs.h"
@@ -323,42 +324,42 @@ TEST_P(AttentionGoldenTest, LayersMatchAttnOutAndSwaKv) {
 
   ThreadPool pool(2);
   int num_swa_layers = 0;
-  std::map<int32_t, CompressedCache> compressed_caches;  // by kv source
+  // One contiguous cache holds every layer's window rows and the kv sources' entries.
+  Result<ContiguousKvCache> cache = ContiguousKvCache::Create(c, weights.plan(), t_count);
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  const BatchRequest request[] = {cache->Request(0, static_cast<int32_t>(t_count), 0)};
+  std::map<int32_t, bool> compressed;  // kv sources whose entries are in the cache
   for (const LayerRole& role : weights.plan().layers) {
     num_swa_layers += role.mode == LayerMode::kSwaOnly;
     const int32_t l = role.layer;
     Result<std::unique_ptr<Attention>> attention = Attention::Create(weights, l);
     ASSERT_TRUE(attention.ok()) << attention.status().ToString();
 
-    CompressedSelection selection;
+    std::vector<CompressedSelection> selection;
     std::vector<int32_t> topk;
     if (role.ratio > 0) {
       const int32_t s = *role.kv_source_layer;
-      if (!compressed_caches.contains(s)) {
+      if (!compressed[s]) {
         const LayerRole& source = weights.plan().layers[s];
         Result<std::unique_ptr<Compressor>> comp =
             Compressor::Create(weights, "layers." + std::to_string(s) + ".attn", source);
         ASSERT_TRUE(comp.ok()) << comp.status().ToString();
-        CompressedCache cc = (*comp)->NewCache();
         (*comp)->Forward(std::span<const float>(in).subspan(s * t_count * hidden, t_count * hidden),
-                         static_cast<int32_t>(t_count), 0, cc, &pool);
-        compressed_caches.emplace(s, std::move(cc));
+                         request, cache->view(), &pool);
+        compressed[s] = true;
       }
       const NpyArray golden_topk =
           ReadGolden(dir + "/indexer_topk_L" + std::to_string(*role.index_source_layer) + ".npy");
       ASSERT_EQ(golden_topk.shape.size(), 2u);
       for (int64_t id : golden_topk.ToInt64()) topk.push_back(static_cast<int32_t>(id));
-      selection = CompressedSelection{.cache = &compressed_caches.at(s),
-                                      .entries = topk,
-                                      .per_token = static_cast<int32_t>(golden_topk.shape[1])};
+      selection.push_back(CompressedSelection{
+          .entries = topk, .per_token = static_cast<int32_t>(golden_topk.shape[1])});
     }
-    AttentionCache cache = (*attention)->NewCache();
+    const std::span<const float> x(in.data() + l * t_count * hidden, t_count * hidden);
+    std::vector<float> qr(t_count * c.q_lora_rank);
+    (*attention)->QueryLatent(x, static_cast<int32_t>(t_count), qr, &pool);
     std::vector<float> out(t_count * hidden);
-    (*attention)
-        ->Forward(std::span<const float>(in).subspan(l * t_count * hidden, t_count * hidden),
-                  static_cast<int32_t>(t_count), cache, role.ratio > 0 ? &selection : nullptr, out,
-                  &pool);
-    ASSERT_EQ(cache.swa.num_positions(), t_count);
+    (*attention)->Forward(x, qr, request, cache->view(), selection, out, &pool);
 
     double max_err = 0;
     double max_kv_err = 0;
@@ -375,7 +376,7 @@ TEST_P(AttentionGoldenTest, LayersMatchAttnOutAndSwaKv) {
         const double err = std::fabs(out[t * hidden + d] - want[(l * t_count + t) * hidden + d]);
         max_err = std::max(max_err, err);
       }
-      std::span<const float> row = cache.swa.Row(static_cast<int32_t>(t));
+      const std::vector<float> row = cache->SwaRow(l, static_cast<int32_t>(t));
       for (int64_t d = 0; d < c.head_dim; ++d) {
         const double err = std::fabs(row[d] - want_kv[(l * t_count + t) * c.head_dim + d]);
         max_kv_err = std::max(max_kv_err, err);
@@ -405,28 +406,36 @@ TEST(AttentionTest, ChunksDecodeAndThreadCountsGiveIdenticalBits) {
   Result<std::unique_ptr<Attention>> attention = Attention::Create(weights, 0);
   ASSERT_TRUE(attention.ok()) << attention.status().ToString();
 
-  AttentionCache one_shot_cache = (*attention)->NewCache();
+  Result<ContiguousKvCache> one_shot_cache = ContiguousKvCache::Create(c, weights.plan(), t_count);
+  ASSERT_TRUE(one_shot_cache.ok()) << one_shot_cache.status().ToString();
+  std::vector<float> qr(t_count * c.q_lora_rank);
+  (*attention)->QueryLatent(in, static_cast<int32_t>(t_count), qr, nullptr);
   std::vector<float> one_shot(t_count * hidden);
-  (*attention)
-      ->Forward(in, static_cast<int32_t>(t_count), one_shot_cache, nullptr, one_shot, nullptr);
+  const BatchRequest whole[] = {one_shot_cache->Request(0, static_cast<int32_t>(t_count), 0)};
+  (*attention)->Forward(in, qr, whole, one_shot_cache->view(), {}, one_shot, nullptr);
 
+  // Chunks through the packed profile and 4-token blocks: the stored form never changes a bit.
   ThreadPool pool(2);
-  AttentionCache chunked_cache = (*attention)->NewCache();
+  Result<ContiguousKvCache> chunked_cache =
+      ContiguousKvCache::Create(c, weights.plan(), t_count, KvProfile::kPacked, 4);
+  ASSERT_TRUE(chunked_cache.ok()) << chunked_cache.status().ToString();
   std::vector<float> chunked(t_count * hidden);
   const std::vector<int64_t> chunk_sizes = {13, 1, 9, 1, 1, 15};  // sums to 40
   int64_t begin = 0;
   for (int64_t n : chunk_sizes) {
+    const BatchRequest part[] = {
+        chunked_cache->Request(0, static_cast<int32_t>(n), static_cast<int32_t>(begin))};
     (*attention)
-        ->Forward(in.subspan(begin * hidden, n * hidden), static_cast<int32_t>(n), chunked_cache,
-                  nullptr, std::span<float>(chunked).subspan(begin * hidden, n * hidden), &pool);
+        ->Forward(in.subspan(begin * hidden, n * hidden),
+                  std::span<const float>(qr).subspan(begin * c.q_lora_rank, n * c.q_lora_rank),
+                  part, chunked_cache->view(), {},
+                  std::span<float>(chunked).subspan(begin * hidden, n * hidden), &pool);
     begin += n;
   }
   ASSERT_EQ(begin, t_count);
   EXPECT_EQ(chunked, one_shot);
   for (int32_t p = 0; p < t_count; ++p) {
-    std::span<const float> a = one_shot_cache.swa.Row(p);
-    std::span<const float> b = chunked_cache.swa.Row(p);
-    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << "position " << p;
+    EXPECT_EQ(one_shot_cache->SwaRow(0, p), chunked_cache->SwaRow(0, p)) << "position " << p;
   }
 }
 

@@ -13,8 +13,11 @@
 namespace dsv41 {
 namespace {}  // namespace
 
-Compressor::Compressor(const ModelConfig& config, int32_t ratio)
-    : config_(config), ratio_(ratio), rope_(Rope::ForTable(config, RopeTable::kCompress)) {}
+Compressor::Compressor(const ModelConfig& config, const LayerRole& role)
+    : config_(config),
+      layer_(role.layer),
+      ratio_(role.ratio),
+      rope_(Rope::ForTable(config, RopeTable::kCompress)) {}
 
 Result<std::unique_ptr<Compressor>> Compressor::Create(const ModelWeights& weights,
                                                        const std::string& prefix,
@@ -24,7 +27,7 @@ Result<std::unique_ptr<Compressor>> Compressor::Create(const ModelWeights& weigh
                                 role.layer);
   }
   const ModelConfig& c = weights.config();
-  std::unique_ptr<Compressor> comp(new Compressor(c, role.ratio));
+  std::unique_ptr<Compressor> comp(new Compressor(c, role));
   const std::string cp = prefix + ".compressor";
   DSV41_ASSIGN_OR_RETURN(comp->wkv_, GetLinear(weights, cp + ".wkv", c.head_dim, c.hidden_size));
   if (role.ratio > 1) {
@@ -39,93 +42,106 @@ Result<std::unique_ptr<Compressor>> Compressor::Create(const ModelWeights& weigh
   return comp;
 }
 
-void Compressor::Publish(std::span<const float> latent, int32_t entry_idx,
-                         CompressedCache& cache) const {
+void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest> requests,
+                         const KvCacheView& cache, ThreadPool* pool) const {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t t_count = static_cast<int64_t>(x.size()) / hidden;
   const int64_t head_dim = config_.head_dim;
   const int64_t index_dim = config_.index_head_dim;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const int32_t pos = entry_idx * ratio_;  // §6.3: the first token of the group
+  const KvCacheLayout& layout = *cache.layout;
+  const KvSourcePlaces& places = *layout.sources[layer_];
+  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden, "x %zu", x.size());
+  DSV41_CHECK(places.ratio == ratio_ && layout.head_dim == head_dim, "layer %d: cache ratio %d",
+              layer_, places.ratio);
+
+  // §7.3: fp32 projections a = wkv·x and, for ratio > 1, g = wgate·x over every row.
+  std::vector<float> a(t_count * head_dim);
+  Linear(wkv_, x, t_count, a, LinearOptions{}, pool);
+  std::vector<float> g;
+  if (ratio_ > 1) {
+    g.resize(a.size());
+    Linear(wgate_, x, t_count, g, LinearOptions{}, pool);
+  }
+
+  // The bf16 latent (un-rotated, normalised) of every entry the step completes, with where the
+  // entry goes: (request, entry id).
+  std::vector<float> latents;
+  std::vector<std::pair<int32_t, int32_t>> completed;
+  std::vector<float> e(ratio_);
+  std::vector<float> terms(ratio_);
+  std::vector<const float*> members(ratio_);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BatchRequest& r = requests[i];
+    for (int32_t t = 0; t < r.num_tokens; ++t) {
+      const int64_t row = r.first_row + t;
+      const int32_t pos = r.start_pos + t;
+      const size_t begin = latents.size();
+      if (ratio_ == 1) {
+        // §7.3 ratio 1: latent = RMSNorm(norm, bf16(wkv · x)), entry j = p.
+        latents.resize(begin + head_dim);
+        for (int64_t ch = 0; ch < head_dim; ++ch)
+          latents[begin + ch] = Bf16Round(a[row * head_dim + ch]);
+        completed.emplace_back(static_cast<int32_t>(i), pos);
+        continue;
+      }
+      // The ring row of p holds [a ‖ g]; a group closes at its last member.
+      const uint32_t ring_block = BlockAt(r.block_tables[places.ring.group_idx], 0);
+      const int32_t ring_rows = places.ring.rows_per_page;
+      auto* ring_row =
+          reinterpret_cast<float*>(cache.Row(places.ring, ring_block, pos % ring_rows));
+      std::copy_n(a.data() + row * head_dim, head_dim, ring_row);
+      std::copy_n(g.data() + row * head_dim, head_dim, ring_row + head_dim);
+      if ((pos + 1) % ratio_ != 0) continue;
+      for (int32_t m = 0; m < ratio_; ++m) {
+        const int32_t member_pos = pos - ratio_ + 1 + m;
+        members[m] = reinterpret_cast<const float*>(
+            cache.Row(places.ring, ring_block, member_pos % ring_rows));
+      }
+      // Members i = 0..r−1 in position order, each [a ‖ g]. Per channel: softmax of the gates
+      // (max subtracted, CrExp, sequential fp32 denominator), then the sequential fp32 sum of
+      // fp32(w_i · a_i); the pooled vector is rounded to bf16 before the norm.
+      latents.resize(begin + head_dim);
+      for (int64_t ch = 0; ch < head_dim; ++ch) {
+        float mx = members[0][head_dim + ch];
+        for (int32_t m = 1; m < ratio_; ++m) mx = std::max(mx, members[m][head_dim + ch]);
+        for (int32_t m = 0; m < ratio_; ++m) e[m] = CrExp(members[m][head_dim + ch] - mx);
+        const float den = SeqSum(e);
+        for (int32_t m = 0; m < ratio_; ++m) terms[m] = (e[m] / den) * members[m][ch];
+        latents[begin + ch] = Bf16Round(SeqSum(terms));
+      }
+      completed.emplace_back(static_cast<int32_t>(i), pos / ratio_);
+    }
+  }
+  const int64_t num_completed = static_cast<int64_t>(completed.size());
+  if (num_completed == 0) return;
+  RmsNormRows(latents, num_completed, norm_, eps, latents);
+
+  // §7.4 publish: 1. index key from the un-rotated latent (bf16 weights, no activation
+  // quantisation, §12.4); 2. the rotated latent, fq4_b16_e4m3. Entry j is rotated at position
+  // j·ratio, the first token of its group (§6.3).
+  std::vector<float> k(num_completed * index_dim);
+  Linear(wk_, latents, num_completed, k, LinearOptions{}, pool);
   const size_t half = rope_.inv_freq().size();
   std::vector<float> cos(half);
   std::vector<float> sin(half);
-  rope_.Angles(pos, cos, sin);
-
-  // 1. Index key from the un-rotated latent: bf16 weights, no activation quantisation (§12.4).
-  std::vector<float> k(index_dim);
-  Linear(wk_, latent, 1, k, LinearOptions{}, nullptr);
-  for (float& v : k) v = Bf16Round(v);
-  RmsNorm(k, k_norm_, eps, k);
-  Rope::RotateWith(k, cos, sin, /*inverse=*/false);
-  FakeQuantFq4B32Pow2(k);
-  cache.index_k.insert(cache.index_k.end(), k.begin(), k.end());
-
-  // 2. Main KV: the rotated latent, fq4_b16_e4m3.
-  std::vector<float> c(latent.begin(), latent.end());
-  DSV41_CHECK(static_cast<int64_t>(c.size()) == head_dim, "latent %zu", c.size());
-  Rope::RotateWith(c, cos, sin, /*inverse=*/false);
-  FakeQuantFq4B16E4m3(c);
-  cache.kv.insert(cache.kv.end(), c.begin(), c.end());
-}
-
-void Compressor::Forward(std::span<const float> x, int32_t num_tokens, int32_t start_pos,
-                         CompressedCache& cache, ThreadPool* pool) const {
-  const int64_t t_count = num_tokens;
-  const int64_t hidden = config_.hidden_size;
-  const int64_t head_dim = config_.head_dim;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden, "x %zu", x.size());
-  DSV41_CHECK(start_pos == cache.num_entries() * ratio_ + cache.num_pending,
-              "start %d, %d entries of ratio %d, %d pending", start_pos, cache.num_entries(),
-              ratio_, cache.num_pending);
-
-  std::vector<float> a(t_count * head_dim);
-  if (ratio_ == 1) {
-    // §7.3 ratio 1: latent = RMSNorm(norm, bf16(wkv · x)), entry j = p.
-    Linear(wkv_, x, t_count, a, LinearOptions{}, pool);
-    for (int64_t t = 0; t < t_count; ++t) {
-      std::span<float> latent = std::span<float>(a).subspan(t * head_dim, head_dim);
-      for (float& v : latent) v = Bf16Round(v);
-      RmsNorm(latent, norm_, eps, latent);
-      Publish(latent, start_pos + static_cast<int32_t>(t), cache);
-    }
-    return;
-  }
-
-  // §7.3 ratio r > 1: fp32 projections a = wkv·x, g = wgate·x; a group closes at its last member.
-  std::vector<float> g(t_count * head_dim);
-  Linear(wkv_, x, t_count, a, LinearOptions{}, pool);
-  Linear(wgate_, x, t_count, g, LinearOptions{}, pool);
-  std::vector<float> e(ratio_);
-  std::vector<float> terms(ratio_);
-  std::vector<float> latent(head_dim);
-  for (int64_t t = 0; t < t_count; ++t) {
-    const float* a_t = a.data() + t * head_dim;
-    const float* g_t = g.data() + t * head_dim;
-    cache.pending.insert(cache.pending.end(), a_t, a_t + head_dim);
-    cache.pending.insert(cache.pending.end(), g_t, g_t + head_dim);
-    if (++cache.num_pending < ratio_) continue;
-    // Members i = 0..r−1 in position order, each [a ‖ g]. Per channel: softmax of the gates
-    // (max subtracted, CrExp, sequential fp32 denominator), then the sequential fp32 sum of
-    // fp32(w_i · a_i); the pooled vector is rounded to bf16 before the norm.
-    const float* members = cache.pending.data();
-    for (int64_t ch = 0; ch < head_dim; ++ch) {
-      float mx = members[head_dim + ch];
-      for (int32_t i = 1; i < ratio_; ++i)
-        mx = std::max(mx, members[i * 2 * head_dim + head_dim + ch]);
-      for (int32_t i = 0; i < ratio_; ++i) {
-        e[i] = CrExp(members[i * 2 * head_dim + head_dim + ch] - mx);
-      }
-      const float den = SeqSum(e);
-      for (int32_t i = 0; i < ratio_; ++i) {
-        const float w = e[i] / den;
-        terms[i] = w * members[i * 2 * head_dim + ch];
-      }
-      latent[ch] = Bf16Round(SeqSum(terms));
-    }
-    RmsNorm(latent, norm_, eps, latent);
-    Publish(latent, cache.num_entries(), cache);
-    cache.pending.clear();
-    cache.num_pending = 0;
+  for (int64_t c = 0; c < num_completed; ++c) {
+    const auto [request_idx, entry] = completed[c];
+    const std::span<const std::vector<uint32_t>> tables = requests[request_idx].block_tables;
+    rope_.Angles(entry * ratio_, cos, sin);
+    std::span<float> key = std::span<float>(k).subspan(c * index_dim, index_dim);
+    for (float& v : key) v = Bf16Round(v);
+    RmsNorm(key, k_norm_, eps, key);
+    Rope::RotateWith(key, cos, sin, /*inverse=*/false);
+    FakeQuantFq4B32Pow2(key);
+    const int32_t rows_per_page = places.index.rows_per_page;
+    const uint32_t block = BlockAt(tables[places.kv.group_idx], entry / rows_per_page);
+    EncodeIndexRow(key, cache.Row(places.index, block, entry % rows_per_page),
+                   places.index.row_bytes);
+    std::span<float> latent = std::span<float>(latents).subspan(c * head_dim, head_dim);
+    Rope::RotateWith(latent, cos, sin, /*inverse=*/false);
+    FakeQuantFq4B16E4m3(latent);
+    EncodeKvRow(layout.profile, latent, cache.Row(places.kv, block, entry % rows_per_page));
   }
 }
 

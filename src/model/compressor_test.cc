@@ -12,6 +12,7 @@
 
 #include "base/npy.h"
 #include "base/thread_pool.h"
+#include "model/kv_layout.h"
 #include "model/weights.h"
 
 namespace dsv41 {
@@ -74,24 +75,30 @@ TEST_P(CompressorGoldenTest, KvSourcesMatchCompressedKvAndIndexK) {
     ASSERT_TRUE(comp.ok()) << comp.status().ToString();
     const std::span<const float> x(in.data() + s * t_count * hidden, t_count * hidden);
 
-    CompressedCache one_shot = (*comp)->NewCache();
-    (*comp)->Forward(x, static_cast<int32_t>(t_count), 0, one_shot, &pool);
-    CompressedCache chunked = (*comp)->NewCache();
+    Result<ContiguousKvCache> one_shot = ContiguousKvCache::Create(c, weights.plan(), t_count);
+    ASSERT_TRUE(one_shot.ok()) << one_shot.status().ToString();
+    const BatchRequest whole[] = {one_shot->Request(0, static_cast<int32_t>(t_count), 0)};
+    (*comp)->Forward(x, whole, one_shot->view(), &pool);
+    Result<ContiguousKvCache> chunked =
+        ContiguousKvCache::Create(c, weights.plan(), t_count, KvProfile::kPacked);
+    ASSERT_TRUE(chunked.ok()) << chunked.status().ToString();
     int32_t pos = 0;
     for (int32_t n : {3, 1, 2, 5, 1000}) {
       n = std::min<int32_t>(n, static_cast<int32_t>(t_count) - pos);
       if (n <= 0) break;
-      (*comp)->Forward(x.subspan(pos * hidden, n * hidden), n, pos, chunked, nullptr);
+      const BatchRequest part[] = {chunked->Request(0, n, pos)};
+      (*comp)->Forward(x.subspan(pos * hidden, n * hidden), part, chunked->view(), nullptr);
       pos += n;
     }
-    EXPECT_EQ(chunked.kv, one_shot.kv) << "layer " << s;
-    EXPECT_EQ(chunked.index_k, one_shot.index_k) << "layer " << s;
+    for (int32_t j = 0; j < t_count / role.ratio; ++j) {
+      EXPECT_EQ(chunked->KvEntry(s, j), one_shot->KvEntry(s, j)) << "layer " << s << " entry " << j;
+      EXPECT_EQ(chunked->IndexKey(s, j), one_shot->IndexKey(s, j)) << "layer " << s;
+    }
 
     const std::string suffix = "_L" + std::to_string(s) + ".npy";
     const NpyArray want_kv = ReadArray(dir + "/compressed_kv" + suffix);
     const NpyArray want_k = ReadArray(dir + "/index_k" + suffix);
     const int32_t num_entries = static_cast<int32_t>(t_count / role.ratio);
-    ASSERT_EQ(one_shot.num_entries(), num_entries) << "layer " << s;
     ASSERT_EQ(want_kv.shape, (std::vector<int64_t>{num_entries, c.head_dim}));
     ASSERT_EQ(want_k.shape, (std::vector<int64_t>{num_entries, c.index_head_dim}));
     const std::vector<float> kv = want_kv.ToFloat();
@@ -106,12 +113,12 @@ TEST_P(CompressorGoldenTest, KvSourcesMatchCompressedKvAndIndexK) {
       }
       num_stable += stable;
       for (int32_t d = 0; d < c.head_dim; ++d) {
-        const double err = std::fabs(one_shot.Kv(j)[d] - kv[j * c.head_dim + d]);
+        const double err = std::fabs(one_shot->KvEntry(s, j)[d] - kv[j * c.head_dim + d]);
         max_kv_err_all = std::max(max_kv_err_all, err);
         if (stable) max_kv_err = std::max(max_kv_err, err);
       }
       for (int32_t d = 0; d < c.index_head_dim; ++d) {
-        const double err = std::fabs(one_shot.IndexK(j)[d] - k[j * c.index_head_dim + d]);
+        const double err = std::fabs(one_shot->IndexKey(s, j)[d] - k[j * c.index_head_dim + d]);
         max_k_err_all = std::max(max_k_err_all, err);
         if (stable) max_k_err = std::max(max_k_err, err);
       }

@@ -9,14 +9,6 @@
 #include "model/weights.h"
 
 namespace dsv41 {
-
-CompressedCache& ContiguousCaches::Compressed(int32_t layer) {
-  DSV41_CHECK(layer >= 0 && layer < static_cast<int32_t>(compressed_.size()) &&
-                  compressed_[layer] != nullptr,
-              "layer %d is no kv source", layer);
-  return *compressed_[layer];
-}
-
 Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights,
                                                    const TextModelOptions& options) {
   std::unique_ptr<TextModel> model(new TextModel());
@@ -55,24 +47,26 @@ Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights,
   return model;
 }
 
-std::unique_ptr<RequestCaches> TextModel::NewCaches() const {
-  std::vector<AttentionCache> attention;
-  std::vector<std::unique_ptr<CompressedCache>> compressed(layers_.size());
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    attention.push_back(layers_[l].attention->NewCache());
-    if (layers_[l].compressor) {
-      compressed[l] = std::make_unique<CompressedCache>(layers_[l].compressor->NewCache());
-    }
-  }
-  return std::make_unique<ContiguousCaches>(std::move(attention), std::move(compressed));
-}
-
-Status TextModel::CheckBatch(const Batch& batch, std::span<RequestCaches* const> caches,
+Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache,
                              size_t logits_size) const {
   const int32_t num_tokens = batch.num_tokens();
-  if (caches.size() != batch.requests.size()) {
-    return InvalidArgumentError("batch: %zu requests but %zu caches", batch.requests.size(),
-                                caches.size());
+  const KvCacheLayout* layout = cache.layout;
+  if (layout == nullptr || layout->swa.size() != layers_.size() ||
+      layout->head_dim != config_.head_dim || layout->index_head_dim != config_.index_head_dim) {
+    return InvalidArgumentError("batch: the KV cache is laid out for another model");
+  }
+  for (const Layer& layer : layers_) {
+    const LayerRole& role = layer.role;
+    const std::optional<KvSourcePlaces>& source = layout->sources[role.layer];
+    if (role.is_kv_source != source.has_value() || (source && source->ratio != role.ratio)) {
+      return InvalidArgumentError("batch: the KV cache has no source entry for layer %d",
+                                  role.layer);
+    }
+  }
+  for (int32_t t : batch.token_ids) {
+    if (t < 0 || t >= config_.vocab_size) {
+      return InvalidArgumentError("batch: token id %d outside [0, %d)", t, config_.vocab_size);
+    }
   }
   int32_t row = 0;
   for (size_t i = 0; i < batch.requests.size(); ++i) {
@@ -81,10 +75,11 @@ Status TextModel::CheckBatch(const Batch& batch, std::span<RequestCaches* const>
       return InvalidArgumentError("batch request %zu: rows [%d, +%d) do not continue row %d", i,
                                   r.first_row, r.num_tokens, row);
     }
-    if (caches[i] == nullptr || r.start_pos != caches[i]->num_positions()) {
-      return InvalidArgumentError("batch request %zu: start position %d, but its cache holds %d", i,
-                                  r.start_pos, caches[i] ? caches[i]->num_positions() : -1);
+    if (r.start_pos < 0) {
+      return InvalidArgumentError("batch request %zu: start position %d", i, r.start_pos);
     }
+    DSV41_RETURN_IF_ERROR(CheckBlockTables(*layout, cache.num_blocks, r, config_.sliding_window)
+                              .WithPrefix(StrFormat("batch request %zu", i)));
     row += r.num_tokens;
   }
   if (row != num_tokens) {
@@ -130,10 +125,9 @@ Status TextModel::CheckBatch(const Batch& batch, std::span<RequestCaches* const>
   return Status();
 }
 
-Status TextModel::Forward(const Batch& batch, std::span<RequestCaches* const> caches,
-                          std::span<float> logits_out, ThreadPool* pool,
-                          ForwardTrace* trace) const {
-  DSV41_RETURN_IF_ERROR(CheckBatch(batch, caches, logits_out.size()));
+Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
+                          ThreadPool* pool, ForwardTrace* trace) const {
+  DSV41_RETURN_IF_ERROR(CheckBatch(batch, cache, logits_out.size()));
   const int64_t num_tokens = batch.num_tokens();
   const size_t dim = static_cast<size_t>(config_.hidden_size);
   const size_t hc = static_cast<size_t>(dims_.hc_mult);
@@ -156,7 +150,8 @@ Status TextModel::Forward(const Batch& batch, std::span<RequestCaches* const> ca
   std::vector<float> pre(num_tokens * hc);
   // Per-forward shared state (§7.10), per request.
   std::vector<IndexerForwardState> index_state(num_requests);
-  std::vector<float> qr;
+  std::vector<float> qr(num_tokens * config_.q_lora_rank);
+  std::vector<CompressedSelection> selections;
   const size_t num_cols = static_cast<size_t>(config_.n_hash_cols());
   const size_t num_engram = config_.engram_layer_ids.size();
   std::vector<int64_t> layer_rows;
@@ -176,31 +171,18 @@ Status TextModel::Forward(const Batch& batch, std::span<RequestCaches* const> ca
     ComputeMixRows(x, num_tokens, layer.hc_attn, dims_, mix_attn, pool);
     HcPreRows(x, pi, num_tokens, sub_in);
     RmsNormRows(sub_in, num_tokens, layer.attn_norm, norm_eps_, sub_in);
-    for (size_t i = 0; i < num_requests; ++i) {
-      const BatchRequest& r = batch.requests[i];
-      RequestCaches& cache = *caches[i];
-      const std::span<const float> xr(sub_in.data() + r.first_row * dim, r.num_tokens * dim);
-      const std::span<float> outr(sub_out.data() + r.first_row * dim, r.num_tokens * dim);
-      CompressedSelection selection;
-      const CompressedSelection* selection_ptr = nullptr;
-      if (role.ratio > 0) {
-        const int32_t kv_source = *role.kv_source_layer;
-        if (layer.compressor) {
-          layer.compressor->Forward(xr, r.num_tokens, r.start_pos, cache.Compressed(role.layer),
-                                    pool);
-        }
-        const CompressedCache& keys = cache.Compressed(kv_source);
-        if (layer.indexer) {
-          qr.resize(static_cast<size_t>(r.num_tokens) * config_.q_lora_rank);
-          layer.indexer->QueryLatent(xr, r.num_tokens, qr, pool);
-          layer.indexer->Forward(xr, qr, r.num_tokens, r.start_pos, keys, index_state[i], pool);
-        }
-        selection = index_state[i].SelectionFor(role, keys);
-        selection_ptr = &selection;
+    if (layer.compressor) layer.compressor->Forward(sub_in, batch.requests, cache, pool);
+    layer.attention->QueryLatent(sub_in, static_cast<int32_t>(num_tokens), qr, pool);
+    selections.clear();
+    if (role.ratio > 0) {
+      if (layer.indexer) {
+        layer.indexer->Forward(sub_in, qr, batch.requests, cache, index_state, pool);
       }
-      layer.attention->Forward(xr, r.num_tokens, cache.Attention(role.layer), selection_ptr, outr,
-                               pool);
+      for (const IndexerForwardState& state : index_state) {
+        selections.push_back(state.SelectionFor(role));
+      }
     }
+    layer.attention->Forward(sub_in, qr, batch.requests, cache, selections, sub_out, pool);
     if (trace) {
       trace->attn_in.insert(trace->attn_in.end(), sub_in.begin(), sub_in.end());
       trace->attn_out.insert(trace->attn_out.end(), sub_out.begin(), sub_out.end());

@@ -1,9 +1,10 @@
 #pragma once
 
 // The whole text forward (model.md §3, §4.4, §7.8–7.10, §10) over a batch: the flattened new
-// tokens of several requests, each at its own absolute positions, with its own caches. Every
-// quantity is per token and per request, so a batch equals each request run alone, and one-shot
-// prefill, any chunking and token-by-token decode give the same bits (§7.9).
+// tokens of several requests, each at its own absolute positions, reading and writing its cache
+// rows through its own block tables. Every quantity is per token and per request, so a batch
+// equals each request run alone, and one-shot prefill, any chunking and token-by-token decode give
+// the same bits (§7.9); where the rows live (paged or one consecutive table) never matters.
 
 #include <cstdint>
 #include <memory>
@@ -12,10 +13,12 @@
 
 #include "base/status.h"
 #include "model/attention.h"
+#include "model/batch.h"
 #include "model/compressor.h"
 #include "model/engram_fusion.h"
 #include "model/head.h"
 #include "model/indexer.h"
+#include "model/kv_layout.h"
 #include "model/mhc.h"
 #include "model/moe.h"
 #include "model/norm.h"
@@ -24,62 +27,6 @@ namespace dsv41 {
 
 class ModelWeights;
 class ThreadPool;
-
-// The per-request state of model.md §7.10 that the backbone reads and extends: every layer's
-// window rows and every kv source's compressed KV, index keys and pending group. The forward sees
-// it only through this interface (a paged implementation comes with the block pool).
-// Engine thread only.
-class RequestCaches {
- public:
-  virtual ~RequestCaches() = default;
-  // Positions already processed (the absolute position of the next new token).
-  virtual int32_t num_positions() const = 0;
-  // The attention cache of backbone layer `layer`.
-  virtual AttentionCache& Attention(int32_t layer) = 0;
-  // The compressed caches of kv-source layer `layer`.
-  virtual CompressedCache& Compressed(int32_t layer) = 0;
-};
-
-// RequestCaches in plain vectors, one per layer and one per kv source (TextModel::NewCaches).
-class ContiguousCaches final : public RequestCaches {
- public:
-  ContiguousCaches(std::vector<AttentionCache> attention,
-                   std::vector<std::unique_ptr<CompressedCache>> compressed)
-      : attention_(std::move(attention)), compressed_(std::move(compressed)) {}
-
-  int32_t num_positions() const override {
-    return attention_.empty() ? 0 : attention_[0].swa.num_positions();
-  }
-  AttentionCache& Attention(int32_t layer) override { return attention_[layer]; }
-  CompressedCache& Compressed(int32_t layer) override;
-
- private:
-  std::vector<AttentionCache> attention_;
-  std::vector<std::unique_ptr<CompressedCache>> compressed_;  // [layers], null: no kv source
-};
-
-// One request's slice of a Batch: tokens token_ids[first_row .. first_row + num_tokens − 1] at
-// absolute positions start_pos .. start_pos + num_tokens − 1 (start_pos must equal its caches'
-// num_positions()).
-struct BatchRequest {
-  int32_t first_row = 0;
-  int32_t num_tokens = 0;
-  int32_t start_pos = 0;
-};
-
-// One forward step (serving.md §2): the new tokens of every scheduled request, flattened in
-// request order, and which rows need logits.
-struct Batch {
-  std::vector<int32_t> token_ids;      // [T]
-  std::vector<BatchRequest> requests;  // consecutive, covering [0, T)
-  // [T, n_engram_layers, n_hash_cols] global table rows of every new token (engram/row_ids.h);
-  // empty when the model has no Engram layer.
-  std::vector<int64_t> engram_rows;
-  // Rows of token_ids whose logits are wanted, ascending; logits_out holds them in this order.
-  std::vector<int32_t> logit_rows;
-
-  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
-};
 
 // Per-layer intermediates of one Forward, for golden comparisons and debugging (the goldens'
 // arrays of the same names), each [layers, T, hidden_size] in batch row order.
@@ -110,16 +57,15 @@ class TextModel {
   const LayerPlan& plan() const { return plan_; }
   int32_t vocab_size() const { return config_.vocab_size; }
 
-  // Empty caches for a new request.
-  std::unique_ptr<RequestCaches> NewCaches() const;
-
-  // Runs `batch`: caches[i] belongs to batch.requests[i] and is extended by its tokens. logits_out
-  // receives [logit_rows.size(), vocab] fp32. InvalidArgument (naming the request or row) for a
-  // malformed batch: rows not covering the tokens, a start_pos that does not continue the caches,
-  // a token id outside the vocabulary, missing Engram rows. `pool` may be null.
-  Status Forward(const Batch& batch, std::span<RequestCaches* const> caches,
-                 std::span<float> logits_out, ThreadPool* pool,
-                 ForwardTrace* trace = nullptr) const;
+  // Runs `batch`: request i writes the rows of its new positions into `cache` through its block
+  // tables and reads its earlier ones (the caller guarantees they hold positions 0 ..
+  // start_pos − 1 of that request). logits_out receives [logit_rows.size(), vocab] fp32.
+  // InvalidArgument (naming the request, group or row) for a malformed batch, before any cache
+  // row changes: rows not covering the tokens, a block table missing a block the step touches, a
+  // cache laid out for another model, a token id outside the vocabulary, bad Engram rows.
+  // `pool` may be null.
+  Status Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
+                 ThreadPool* pool, ForwardTrace* trace = nullptr) const;
 
  private:
   struct Layer {
@@ -137,8 +83,7 @@ class TextModel {
 
   TextModel() = default;
 
-  Status CheckBatch(const Batch& batch, std::span<RequestCaches* const> caches,
-                    size_t logits_size) const;
+  Status CheckBatch(const Batch& batch, const KvCacheView& cache, size_t logits_size) const;
 
   ModelConfig config_;
   LayerPlan plan_;

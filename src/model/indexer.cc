@@ -68,14 +68,12 @@ float IndexWeightScale(const ModelConfig& config) {
       static_cast<float>(static_cast<int64_t>(config.index_head_dim) * config.index_n_heads));
 }
 
-CompressedSelection IndexerForwardState::SelectionFor(const LayerRole& role,
-                                                      const CompressedCache& cache) const {
+CompressedSelection IndexerForwardState::SelectionFor(const LayerRole& role) const {
   DSV41_CHECK(role.index_source_layer.has_value(), "layer %d has no index source", role.layer);
   auto it = topk.find(*role.index_source_layer);
   DSV41_CHECK(it != topk.end(), "layer %d: index source %d has not run", role.layer,
               *role.index_source_layer);
-  return CompressedSelection{
-      .cache = &cache, .entries = it->second.entries, .per_token = it->second.per_token};
+  return CompressedSelection{.entries = it->second.entries, .per_token = it->second.per_token};
 }
 
 Indexer::Indexer(const ModelConfig& config, const LayerRole& role)
@@ -101,10 +99,6 @@ Result<std::unique_ptr<Indexer>> Indexer::Create(const ModelWeights& weights,
   const ModelConfig& c = weights.config();
   std::unique_ptr<Indexer> ix(new Indexer(c, role));
   const int64_t index_q_dim = static_cast<int64_t>(c.index_n_heads) * c.index_head_dim;
-  DSV41_ASSIGN_OR_RETURN(ix->wq_a_,
-                         GetLinear(weights, prefix + ".wq_a", c.q_lora_rank, c.hidden_size));
-  DSV41_ASSIGN_OR_RETURN(ix->q_norm_,
-                         GetNormWeight(weights, prefix + ".q_norm.weight", c.q_lora_rank));
   DSV41_ASSIGN_OR_RETURN(ix->wq_b_,
                          GetLinear(weights, prefix + ".indexer.wq_b", index_q_dim, c.q_lora_rank));
   DSV41_ASSIGN_OR_RETURN(ix->weights_proj_, GetLinear(weights, prefix + ".indexer.weights_proj",
@@ -112,139 +106,151 @@ Result<std::unique_ptr<Indexer>> Indexer::Create(const ModelWeights& weights,
   return ix;
 }
 
-void Indexer::QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
-                          ThreadPool* pool) const {
-  DSV41_CHECK(
-      static_cast<int64_t>(x.size()) == static_cast<int64_t>(num_tokens) * config_.hidden_size,
-      "x %zu", x.size());
-  DSV41_CHECK(
-      static_cast<int64_t>(qr.size()) == static_cast<int64_t>(num_tokens) * config_.q_lora_rank,
-      "qr %zu", qr.size());
-  LinearBf16(wq_a_, x, num_tokens, qr, pool);
-  RmsNormRows(qr, num_tokens, q_norm_, static_cast<float>(config_.rms_norm_eps), qr);
-}
-
-void Indexer::Forward(std::span<const float> x, std::span<const float> qr, int32_t num_tokens,
-                      int32_t start_pos, const CompressedCache& keys, IndexerForwardState& state,
-                      ThreadPool* pool, IndexerDebug* debug) const {
-  const int64_t t_count = num_tokens;
+void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
+                      std::span<const BatchRequest> requests, const KvCacheView& cache,
+                      std::span<IndexerForwardState> states, ThreadPool* pool,
+                      IndexerDebug* debug) const {
+  const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
   const int64_t num_heads = config_.index_n_heads;
   const int64_t head_dim = config_.index_head_dim;
   const int32_t ratio = role_.ratio;
-  const int32_t n = keys.num_entries();
   const int32_t topk = config_.index_topk;
+  const KvCacheLayout& layout = *cache.layout;
+  const KvSourcePlaces& source = *layout.sources[*role_.kv_source_layer];
   DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * config_.hidden_size, "x %zu", x.size());
   DSV41_CHECK(static_cast<int64_t>(qr.size()) == t_count * config_.q_lora_rank, "qr %zu",
               qr.size());
-  DSV41_CHECK(keys.index_head_dim == head_dim, "index keys of %d dims, want %lld",
-              keys.index_head_dim, static_cast<long long>(head_dim));
-  DSV41_CHECK(t_count == 0 || (start_pos + num_tokens) / ratio <= n,
-              "layer %d: %d entries, the last token sees %d", role_.layer, n,
-              (start_pos + num_tokens) / ratio);
+  DSV41_CHECK(states.size() == requests.size(), "%zu states for %zu requests", states.size(),
+              requests.size());
+  DSV41_CHECK(layout.index_head_dim == head_dim && source.ratio == ratio,
+              "layer %d: index keys of %d dims, ratio %d", role_.layer, layout.index_head_dim,
+              source.ratio);
+  DSV41_CHECK(debug == nullptr || requests.size() == 1, "indexer debug needs one request");
 
-  // Step 1: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head.
+  // Step 1: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head; step 2: w = bf16(bf16(weights_proj
+  // · x) · c). Both over every row of the step.
   std::vector<float> qi(t_count * num_heads * head_dim);
   LinearBf16(wq_b_, qr, t_count, qi, pool);
-  const int64_t half = rope_.rope_dim() / 2;
-  std::vector<float> cos(half);
-  std::vector<float> sin(half);
-  for (int64_t t = 0; t < t_count; ++t) {
-    rope_.Angles(start_pos + static_cast<int32_t>(t), cos, sin);
-    for (int64_t h = 0; h < num_heads; ++h) {
-      std::span<float> head =
-          std::span<float>(qi).subspan((t * num_heads + h) * head_dim, head_dim);
-      Rope::RotateWith(head, cos, sin, /*inverse=*/false);
-      FakeQuantFq4B32Pow2(head);
-    }
-  }
-
-  // Step 2: w = bf16(bf16(weights_proj · x) · c).
   std::vector<float> w(t_count * num_heads);
   LinearBf16(weights_proj_, x, t_count, w, pool);
   for (float& v : w) v = Bf16Round(v * weight_scale_);
-
-  // Steps 3–4: score[t, n] over the visible entries, −inf elsewhere. Items are (token, block of
-  // kScoreEntryBlock entries); each score is computed by one item, so the split never matters.
-  std::vector<float> scores(t_count * static_cast<int64_t>(n), -kInf);
-  const int64_t entry_blocks = (n + kScoreEntryBlock - 1) / kScoreEntryBlock;
-  auto score_items = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
-    std::vector<float> terms(num_heads);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / entry_blocks;
-      const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
-      const int32_t e_begin = static_cast<int32_t>(item % entry_blocks) * kScoreEntryBlock;
-      const int32_t e_end = std::min(visible, e_begin + kScoreEntryBlock);
-      for (int32_t e = e_begin; e < e_end; ++e) {
-        const float* k = keys.IndexK(e).data();
-        for (int64_t h = 0; h < num_heads; ++h) {
-          const float dot =
-              Bf16Round(ExactDot(std::span<const float>(qi.data() + (t * num_heads + h) * head_dim,
-                                                        static_cast<size_t>(head_dim)),
-                                 std::span<const float>(k, static_cast<size_t>(head_dim))));
-          const float relu = dot > 0.0f ? dot : 0.0f;
-          terms[h] = Bf16Round(w[t * num_heads + h] * relu);
-        }
-        scores[t * n + e] = Bf16Round(
-            ExactSum(std::span<const float>(terms.data(), static_cast<size_t>(num_heads))));
+  const int64_t half = rope_.rope_dim() / 2;
+  std::vector<float> cos(half);
+  std::vector<float> sin(half);
+  for (const BatchRequest& r : requests) {
+    for (int32_t t = 0; t < r.num_tokens; ++t) {
+      rope_.Angles(r.start_pos + t, cos, sin);
+      for (int64_t h = 0; h < num_heads; ++h) {
+        std::span<float> head =
+            std::span<float>(qi).subspan(((r.first_row + t) * num_heads + h) * head_dim, head_dim);
+        Rope::RotateWith(head, cos, sin, /*inverse=*/false);
+        FakeQuantFq4B32Pow2(head);
       }
     }
-  };
-  if (pool != nullptr) {
-    pool->ParallelFor(t_count * entry_blocks, 1, score_items);
-  } else {
-    score_items(0, t_count * entry_blocks, 0);
   }
 
-  // Step 5: the candidate level.
-  if (role_.candidate_mode == CandidateMode::kProduce) {
-    IndexerForwardState::Candidates& cand = state.candidates[role_.layer];
-    cand.num_entries = n;
-    cand.mask.assign(t_count * static_cast<int64_t>(n), 0);
-    for (int64_t t = 0; t < t_count; ++t) {
-      const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
-      CandidateMask(std::span<const float>(scores).subspan(t * n, n), visible,
-                    config_.candidate_topk_blocks, config_.candidate_block_size,
-                    std::span<uint8_t>(cand.mask).subspan(t * n, n));
+  std::vector<float> keys;
+  std::vector<float> scores;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BatchRequest& r = requests[i];
+    const int64_t t_req = r.num_tokens;
+    const int32_t start_pos = r.start_pos;
+    // The index keys of every entry visible to the request's last token.
+    const int32_t n = (start_pos + r.num_tokens) / ratio;
+    keys.resize(static_cast<size_t>(n) * head_dim);
+    const std::span<const uint32_t> table = r.block_tables[source.kv.group_idx];
+    const int32_t rows_per_page = source.index.rows_per_page;
+    for (int32_t e = 0; e < n; ++e) {
+      DecodeIndexRow(cache.Row(source.index, BlockAt(table, e / rows_per_page), e % rows_per_page),
+                     std::span<float>(keys).subspan(static_cast<size_t>(e) * head_dim, head_dim));
     }
-  } else if (role_.candidate_mode == CandidateMode::kFilter) {
-    auto it = state.candidates.find(config_.candidate_source_layer_id);
-    DSV41_CHECK(it != state.candidates.end(), "layer %d: candidate source %d has not run",
-                role_.layer, config_.candidate_source_layer_id);
-    DSV41_CHECK(it->second.num_entries == n && it->second.mask.size() == scores.size(),
-                "layer %d: candidate mask over %d entries, keys %d", role_.layer,
-                it->second.num_entries, n);
-    for (size_t i = 0; i < scores.size(); ++i) {
-      if (it->second.mask[i] == 0) scores[i] = -kInf;
-    }
-  }
+    const float* q_req = qi.data() + r.first_row * num_heads * head_dim;
+    const float* w_req = w.data() + r.first_row * num_heads;
 
-  // Step 6: top-k among the visible entries, ascending, −1 padded.
-  IndexerForwardState::TopK& out = state.topk[role_.layer];
-  out.per_token = topk;
-  out.entries.assign(t_count * static_cast<int64_t>(topk), -1);
-  if (debug != nullptr) debug->tie.assign(t_count, 0);
-  for (int64_t t = 0; t < t_count; ++t) {
-    const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
-    std::span<const float> row = std::span<const float>(scores).subspan(t * n, visible);
-    std::vector<int32_t> picks = TopKAscending(row, topk);
-    std::copy(picks.begin(), picks.end(), out.entries.begin() + t * topk);
-    if (debug != nullptr && topk < visible) {
-      // The k-th highest score among the picks and the best one left out.
-      float kth = kInf;
-      for (int32_t e : picks) kth = std::min(kth, row[e]);
-      float next = -kInf;
-      size_t p = 0;
-      for (int32_t e = 0; e < visible; ++e) {
-        if (p < picks.size() && picks[p] == e) {
-          ++p;
-          continue;
+    // Steps 3–4: score[t, n] over the visible entries, −inf elsewhere. Items are (token, block of
+    // kScoreEntryBlock entries); each score is computed by one item, so the split never matters.
+    scores.assign(t_req * static_cast<int64_t>(n), -kInf);
+    const int64_t entry_blocks = (n + kScoreEntryBlock - 1) / kScoreEntryBlock;
+    auto score_items = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+      std::vector<float> terms(num_heads);
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t t = item / entry_blocks;
+        const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
+        const int32_t e_begin = static_cast<int32_t>(item % entry_blocks) * kScoreEntryBlock;
+        const int32_t e_end = std::min(visible, e_begin + kScoreEntryBlock);
+        for (int32_t e = e_begin; e < e_end; ++e) {
+          const float* k = keys.data() + static_cast<size_t>(e) * head_dim;
+          for (int64_t h = 0; h < num_heads; ++h) {
+            const float dot =
+                Bf16Round(ExactDot(std::span<const float>(q_req + (t * num_heads + h) * head_dim,
+                                                          static_cast<size_t>(head_dim)),
+                                   std::span<const float>(k, static_cast<size_t>(head_dim))));
+            const float relu = dot > 0.0f ? dot : 0.0f;
+            terms[h] = Bf16Round(w_req[t * num_heads + h] * relu);
+          }
+          scores[t * n + e] = Bf16Round(
+              ExactSum(std::span<const float>(terms.data(), static_cast<size_t>(num_heads))));
         }
-        next = std::max(next, row[e]);
       }
-      debug->tie[t] = kth == next ? 1 : 0;
+    };
+    if (pool != nullptr) {
+      pool->ParallelFor(t_req * entry_blocks, 1, score_items);
+    } else {
+      score_items(0, t_req * entry_blocks, 0);
     }
+
+    // Step 5: the candidate level.
+    IndexerForwardState& state = states[i];
+    if (role_.candidate_mode == CandidateMode::kProduce) {
+      IndexerForwardState::Candidates& cand = state.candidates[role_.layer];
+      cand.num_entries = n;
+      cand.mask.assign(t_req * static_cast<int64_t>(n), 0);
+      for (int64_t t = 0; t < t_req; ++t) {
+        const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
+        CandidateMask(std::span<const float>(scores).subspan(t * n, n), visible,
+                      config_.candidate_topk_blocks, config_.candidate_block_size,
+                      std::span<uint8_t>(cand.mask).subspan(t * n, n));
+      }
+    } else if (role_.candidate_mode == CandidateMode::kFilter) {
+      auto it = state.candidates.find(config_.candidate_source_layer_id);
+      DSV41_CHECK(it != state.candidates.end(), "layer %d: candidate source %d has not run",
+                  role_.layer, config_.candidate_source_layer_id);
+      DSV41_CHECK(it->second.num_entries == n && it->second.mask.size() == scores.size(),
+                  "layer %d: candidate mask over %d entries, keys %d", role_.layer,
+                  it->second.num_entries, n);
+      for (size_t s = 0; s < scores.size(); ++s) {
+        if (it->second.mask[s] == 0) scores[s] = -kInf;
+      }
+    }
+
+    // Step 6: top-k among the visible entries, ascending, −1 padded.
+    IndexerForwardState::TopK& out = state.topk[role_.layer];
+    out.per_token = topk;
+    out.entries.assign(t_req * static_cast<int64_t>(topk), -1);
+    if (debug != nullptr) debug->tie.assign(t_req, 0);
+    for (int64_t t = 0; t < t_req; ++t) {
+      const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
+      std::span<const float> row = std::span<const float>(scores).subspan(t * n, visible);
+      std::vector<int32_t> picks = TopKAscending(row, topk);
+      std::copy(picks.begin(), picks.end(), out.entries.begin() + t * topk);
+      if (debug != nullptr && topk < visible) {
+        // The k-th highest score among the picks and the best one left out.
+        float kth = kInf;
+        for (int32_t e : picks) kth = std::min(kth, row[e]);
+        float next = -kInf;
+        size_t p = 0;
+        for (int32_t e = 0; e < visible; ++e) {
+          if (p < picks.size() && picks[p] == e) {
+            ++p;
+            continue;
+          }
+          next = std::max(next, row[e]);
+        }
+        debug->tie[t] = kth == next ? 1 : 0;
+      }
+    }
+    if (debug != nullptr) debug->scores = scores;
   }
-  if (debug != nullptr) debug->scores = std::move(scores);
 }
 
 }  // namespace dsv41

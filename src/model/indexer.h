@@ -17,8 +17,9 @@
 #include "base/status.h"
 #include "kernels/linear.h"
 #include "model/attention.h"
-#include "model/compressor.h"
+#include "model/batch.h"
 #include "model/config.h"
+#include "model/kv_layout.h"
 #include "model/layer_plan.h"
 #include "model/norm.h"
 #include "model/rope.h"
@@ -47,7 +48,7 @@ float IndexWeightScale(const ModelConfig& config);
 
 // What every index source of one forward publishes for the layers after it (model.md §7.8,
 // §7.10): per index-source layer its top-k lists, and the candidate source's mask. Filled layer
-// by layer in plan order; valid for one forward of one request (num_tokens new tokens).
+// by layer in plan order; one per request of the step, valid for that step.
 struct IndexerForwardState {
   struct TopK {
     // [num_tokens, per_token] entry ids, ascending, −1 padded (the goldens' indexer_topk layout).
@@ -62,9 +63,9 @@ struct IndexerForwardState {
   std::map<int32_t, TopK> topk;              // by index-source layer
   std::map<int32_t, Candidates> candidates;  // by candidate-source layer
 
-  // The selection layer `role` (ratio > 0) attends: the top-k its index source published, over
-  // `cache` (its kv source's compressed cache). The index source must have run (checked).
-  CompressedSelection SelectionFor(const LayerRole& role, const CompressedCache& cache) const;
+  // The selection layer `role` (ratio > 0) attends: the top-k its index source published. The
+  // index source must have run (checked).
+  CompressedSelection SelectionFor(const LayerRole& role) const;
 };
 
 // Optional outputs of Indexer::Forward, for tests and debugging (the goldens' arrays).
@@ -92,21 +93,18 @@ class Indexer {
 
   const LayerRole& role() const { return role_; }
 
-  // qr = RMSNorm(q_norm, wq_a · x) [num_tokens, q_lora_rank] (model.md §7.1 step 1): the query
-  // path's low-rank latent, which is also the indexer's query input. For callers that do not
-  // have the attention's copy.
-  void QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
-                   ThreadPool* pool) const;
-
-  // Runs model.md §7.5 for `num_tokens` new tokens at positions start_pos .. start_pos +
-  // num_tokens − 1. x: [num_tokens, hidden_size] attention input; qr: [num_tokens, q_lora_rank];
-  // keys: the kv source's cache holding every entry completed so far, including this forward's
-  // (its Compressor ran first). Publishes state.topk[layer] (per_token = index_topk); a candidate
-  // source also publishes state.candidates[layer]; a candidate filter reads the mask of
-  // config.candidate_source_layer_id (must be present, checked). `debug` may be null.
-  void Forward(std::span<const float> x, std::span<const float> qr, int32_t num_tokens,
-               int32_t start_pos, const CompressedCache& keys, IndexerForwardState& state,
-               ThreadPool* pool, IndexerDebug* debug = nullptr) const;
+  // Runs model.md §7.5 for the new tokens of a step. x: [T, hidden_size] attention input; qr:
+  // [T, q_lora_rank] the attention's QueryLatent (the indexer shares wq_a and q_norm). Request i
+  // scores the index keys of every entry its kv source completed so far, this step's included
+  // (the Compressor ran first), read through its block tables, and publishes states[i].topk[layer]
+  // (per_token = index_topk); a candidate source also publishes states[i].candidates[layer]; a
+  // candidate filter reads the mask of config.candidate_source_layer_id (must be present,
+  // checked). The query products run once over all T rows. `debug` (may be null) needs a
+  // one-request step.
+  void Forward(std::span<const float> x, std::span<const float> qr,
+               std::span<const BatchRequest> requests, const KvCacheView& cache,
+               std::span<IndexerForwardState> states, ThreadPool* pool,
+               IndexerDebug* debug = nullptr) const;
 
  private:
   Indexer(const ModelConfig& config, const LayerRole& role);
@@ -115,8 +113,6 @@ class Indexer {
   LayerRole role_;
   Rope rope_;  // the compress table
   float weight_scale_;
-  LinearWeight wq_a_;
-  NormWeight q_norm_;
   LinearWeight wq_b_;
   LinearWeight weights_proj_;
 };

@@ -16,6 +16,7 @@
 #include "base/thread_pool.h"
 #include "model/attention.h"
 #include "model/compressor.h"
+#include "model/kv_layout.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
 
@@ -186,25 +187,51 @@ CaseData LoadCase(const GoldenCase& gc) {
   return d;
 }
 
-// The golden caches of kv source s after the prompt.
-CompressedCache GoldenCache(const CaseData& d, int32_t s) {
-  const ModelConfig& c = d.weights->config();
-  CompressedCache cache(c.head_dim, c.index_head_dim);
-  cache.kv = ReadGolden(d.dir + "/compressed_kv_L" + std::to_string(s) + ".npy").ToFloat();
-  cache.index_k = ReadGolden(d.dir + "/index_k_L" + std::to_string(s) + ".npy").ToFloat();
-  return cache;
+// A cache for the case's prompt.
+ContiguousKvCache NewCache(const CaseData& d) {
+  Result<ContiguousKvCache> cache =
+      ContiguousKvCache::Create(d.weights->config(), d.weights->plan(), d.t_count);
+  EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+  if (!cache.ok()) std::abort();
+  return std::move(cache).value();
 }
 
-// The caches kv source s's Compressor builds from attn_in[s] (one-shot prefill).
-CompressedCache CompressorCache(const CaseData& d, int32_t s, ThreadPool* pool) {
+// Stores the golden compressed KV and index keys of kv source s after the prompt.
+void StoreGoldenEntries(const CaseData& d, int32_t s, ContiguousKvCache& cache) {
+  const ModelConfig& c = d.weights->config();
+  const std::vector<float> kv =
+      ReadGolden(d.dir + "/compressed_kv_L" + std::to_string(s) + ".npy").ToFloat();
+  const std::vector<float> k =
+      ReadGolden(d.dir + "/index_k_L" + std::to_string(s) + ".npy").ToFloat();
+  const int64_t n = static_cast<int64_t>(k.size()) / c.index_head_dim;
+  for (int64_t j = 0; j < n; ++j) {
+    cache.SetEntry(s, static_cast<int32_t>(j),
+                   std::span<const float>(kv).subspan(j * c.head_dim, c.head_dim),
+                   std::span<const float>(k).subspan(j * c.index_head_dim, c.index_head_dim));
+  }
+}
+
+// Runs kv source s's Compressor over attn_in[s] (one-shot prefill) into `cache`.
+void RunCompressor(const CaseData& d, int32_t s, ContiguousKvCache& cache, ThreadPool* pool) {
   const LayerRole& role = d.weights->plan().layers[s];
   Result<std::unique_ptr<Compressor>> comp =
       Compressor::Create(*d.weights, "layers." + std::to_string(s) + ".attn", role);
   EXPECT_TRUE(comp.ok()) << comp.status().ToString();
   if (!comp.ok()) std::abort();
-  CompressedCache cache = (*comp)->NewCache();
-  (*comp)->Forward(d.LayerInput(s), static_cast<int32_t>(d.t_count), 0, cache, pool);
-  return cache;
+  const BatchRequest request[] = {cache.Request(0, static_cast<int32_t>(d.t_count), 0)};
+  (*comp)->Forward(d.LayerInput(s), request, cache.view(), pool);
+}
+
+// The layer's query latent (the attention's wq_a and q_norm, which the indexer shares).
+std::vector<float> QueryLatent(const ModelWeights& weights, int32_t l, std::span<const float> x,
+                               ThreadPool* pool) {
+  Result<std::unique_ptr<Attention>> attention = Attention::Create(weights, l);
+  EXPECT_TRUE(attention.ok()) << attention.status().ToString();
+  if (!attention.ok()) std::abort();
+  const int64_t t = static_cast<int64_t>(x.size()) / weights.config().hidden_size;
+  std::vector<float> qr(t * weights.config().q_lora_rank);
+  (*attention)->QueryLatent(x, static_cast<int32_t>(t), qr, pool);
+  return qr;
 }
 
 bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0 || a == b; }
@@ -220,22 +247,24 @@ TEST_P(IndexerGoldenTest, ScoresTopKTiesAndCandidatesMatch) {
   const ModelConfig& c = d.weights->config();
   const int64_t t = d.t_count;
   ThreadPool pool(2);
-  std::map<int32_t, CompressedCache> caches;
-  IndexerForwardState state;
+  ContiguousKvCache cache = NewCache(d);
+  std::map<int32_t, bool> stored;  // kv sources whose golden entries are in the cache
+  const BatchRequest request[] = {cache.Request(0, static_cast<int32_t>(t), 0)};
+  IndexerForwardState states[1];
+  IndexerForwardState& state = states[0];
   int num_index_layers = 0;
   for (const LayerRole& role : d.weights->plan().layers) {
     if (!role.is_index_source) continue;
     ++num_index_layers;
     const int32_t l = role.layer;
     const int32_t s = *role.kv_source_layer;
-    if (!caches.contains(s)) caches.emplace(s, GoldenCache(d, s));
+    if (!stored[s]) StoreGoldenEntries(d, s, cache);
+    stored[s] = true;
     Result<std::unique_ptr<Indexer>> ix = Indexer::Create(*d.weights, l);
     ASSERT_TRUE(ix.ok()) << ix.status().ToString();
-    std::vector<float> qr(t * c.q_lora_rank);
-    (*ix)->QueryLatent(d.LayerInput(l), static_cast<int32_t>(t), qr, &pool);
+    const std::vector<float> qr = QueryLatent(*d.weights, l, d.LayerInput(l), &pool);
     IndexerDebug debug;
-    (*ix)->Forward(d.LayerInput(l), qr, static_cast<int32_t>(t), 0, caches.at(s), state, &pool,
-                   &debug);
+    (*ix)->Forward(d.LayerInput(l), qr, request, cache.view(), states, &pool, &debug);
 
     const std::string suffix = "_L" + std::to_string(l) + ".npy";
     const NpyArray scores_npy = ReadGolden(d.dir + "/indexer_scores" + suffix);
@@ -244,7 +273,7 @@ TEST_P(IndexerGoldenTest, ScoresTopKTiesAndCandidatesMatch) {
     const std::vector<int64_t> want_topk = topk_npy.ToInt64();
     const std::vector<int64_t> want_tie = ReadGolden(d.dir + "/indexer_tie" + suffix).ToInt64();
     const int64_t n = scores_npy.shape[1];
-    ASSERT_EQ(n, caches.at(s).num_entries());
+    ASSERT_EQ(n, t / role.ratio);
     ASSERT_EQ(topk_npy.shape, (std::vector<int64_t>{t, c.index_topk}));
     const IndexerForwardState::TopK& got = state.topk.at(l);
     ASSERT_EQ(got.per_token, c.index_topk);
@@ -308,25 +337,31 @@ TEST_P(IndexerGoldenTest, AttentionOnTheIndexerSelectionMatchesAttnOut) {
   const int64_t hidden = c.hidden_size;
   const std::vector<float> want_out = ReadGolden(d.dir + "/attn_out.npy").ToFloat();
   ThreadPool pool(2);
-  std::map<int32_t, CompressedCache> caches;
-  IndexerForwardState state;
+  ContiguousKvCache cache = NewCache(d);
+  std::map<int32_t, bool> compressed;
+  const BatchRequest request[] = {cache.Request(0, static_cast<int32_t>(t), 0)};
+  IndexerForwardState states[1];
+  IndexerForwardState& state = states[0];
   int num_layers = 0;
   for (const LayerRole& role : d.weights->plan().layers) {
     if (role.ratio == 0) continue;
     ++num_layers;
     const int32_t l = role.layer;
     const int32_t s = *role.kv_source_layer;
-    if (!caches.contains(s)) {
-      caches.emplace(s, CompressorCache(d, s, &pool));
-      const CompressedCache golden = GoldenCache(d, s);
-      EXPECT_EQ(caches.at(s).index_k, golden.index_k) << "kv source " << s;
+    if (!compressed[s]) {
+      RunCompressor(d, s, cache, &pool);
+      compressed[s] = true;
+      ContiguousKvCache golden = NewCache(d);
+      StoreGoldenEntries(d, s, golden);
+      for (int32_t j = 0; j < t / d.weights->plan().layers[s].ratio; ++j) {
+        EXPECT_EQ(cache.IndexKey(s, j), golden.IndexKey(s, j)) << "kv source " << s;
+      }
     }
     if (role.is_index_source) {
       Result<std::unique_ptr<Indexer>> ix = Indexer::Create(*d.weights, l);
       ASSERT_TRUE(ix.ok()) << ix.status().ToString();
-      std::vector<float> qr(t * c.q_lora_rank);
-      (*ix)->QueryLatent(d.LayerInput(l), static_cast<int32_t>(t), qr, &pool);
-      (*ix)->Forward(d.LayerInput(l), qr, static_cast<int32_t>(t), 0, caches.at(s), state, &pool);
+      const std::vector<float> qr = QueryLatent(*d.weights, l, d.LayerInput(l), &pool);
+      (*ix)->Forward(d.LayerInput(l), qr, request, cache.view(), states, &pool);
       const std::vector<int64_t> want_topk =
           ReadGolden(d.dir + "/indexer_topk_L" + std::to_string(l) + ".npy").ToInt64();
       const IndexerForwardState::TopK& got = state.topk.at(l);
@@ -340,10 +375,11 @@ TEST_P(IndexerGoldenTest, AttentionOnTheIndexerSelectionMatchesAttnOut) {
     }
     Result<std::unique_ptr<Attention>> attention = Attention::Create(*d.weights, l);
     ASSERT_TRUE(attention.ok()) << attention.status().ToString();
-    const CompressedSelection selection = state.SelectionFor(role, caches.at(s));
-    AttentionCache cache = (*attention)->NewCache();
+    const CompressedSelection selection[] = {state.SelectionFor(role)};
+    std::vector<float> qr(t * c.q_lora_rank);
+    (*attention)->QueryLatent(d.LayerInput(l), static_cast<int32_t>(t), qr, &pool);
     std::vector<float> out(t * hidden);
-    (*attention)->Forward(d.LayerInput(l), static_cast<int32_t>(t), cache, &selection, out, &pool);
+    (*attention)->Forward(d.LayerInput(l), qr, request, cache.view(), selection, out, &pool);
     double max_err = 0;
     for (int64_t p = 0; p < t; ++p) {
       if (!d.stable[p]) continue;
@@ -383,39 +419,42 @@ TEST(IndexerTest, ChunksDecodeAndThreadCountsSelectLikeOneShotPrefill) {
   // concatenated top-k lists per index source.
   auto run = [&](const std::vector<int64_t>& chunks, ThreadPool* run_pool) {
     std::map<int32_t, std::unique_ptr<Compressor>> compressors;
-    std::map<int32_t, CompressedCache> caches;
+    std::map<int32_t, std::unique_ptr<Attention>> attentions;
     std::map<int32_t, std::unique_ptr<Indexer>> indexers;
+    ContiguousKvCache cache = NewCache(d);
     std::map<int32_t, std::vector<int32_t>> all_topk;
     for (const LayerRole& role : d.weights->plan().layers) {
       if (role.is_kv_source) {
         auto comp =
             Compressor::Create(*d.weights, "layers." + std::to_string(role.layer) + ".attn", role);
         EXPECT_TRUE(comp.ok());
-        caches.emplace(role.layer, (*comp)->NewCache());
         compressors.emplace(role.layer, std::move(comp).value());
       }
       if (role.is_index_source) {
         auto ix = Indexer::Create(*d.weights, role.layer);
         EXPECT_TRUE(ix.ok());
         indexers.emplace(role.layer, std::move(ix).value());
+        auto attention = Attention::Create(*d.weights, role.layer);
+        EXPECT_TRUE(attention.ok());
+        attentions.emplace(role.layer, std::move(attention).value());
       }
     }
     int64_t begin = 0;
     for (int64_t n : chunks) {
-      IndexerForwardState state;
+      IndexerForwardState states[1];
+      const BatchRequest request[] = {
+          cache.Request(0, static_cast<int32_t>(n), static_cast<int32_t>(begin))};
       for (const LayerRole& role : d.weights->plan().layers) {
         const int32_t l = role.layer;
         std::span<const float> x = d.LayerInput(l).subspan(begin * hidden, n * hidden);
         if (role.is_kv_source) {
-          compressors.at(l)->Forward(x, static_cast<int32_t>(n), static_cast<int32_t>(begin),
-                                     caches.at(l), run_pool);
+          compressors.at(l)->Forward(x, request, cache.view(), run_pool);
         }
         if (role.is_index_source) {
           std::vector<float> qr(n * c.q_lora_rank);
-          indexers.at(l)->QueryLatent(x, static_cast<int32_t>(n), qr, run_pool);
-          indexers.at(l)->Forward(x, qr, static_cast<int32_t>(n), static_cast<int32_t>(begin),
-                                  caches.at(*role.kv_source_layer), state, run_pool);
-          const std::vector<int32_t>& e = state.topk.at(l).entries;
+          attentions.at(l)->QueryLatent(x, static_cast<int32_t>(n), qr, run_pool);
+          indexers.at(l)->Forward(x, qr, request, cache.view(), states, run_pool);
+          const std::vector<int32_t>& e = states[0].topk.at(l).entries;
           all_topk[l].insert(all_topk[l].end(), e.begin(), e.end());
         }
       }

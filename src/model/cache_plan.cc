@@ -1,8 +1,9 @@
-#include "kv/cache_plan.h"
+#include "model/cache_plan.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -186,6 +187,14 @@ std::string JoinInts(const std::vector<int32_t>& values) {
 }
 
 }  // namespace
+
+int32_t SmallestBlockTokens(const ModelConfig& config) {
+  int32_t block_tokens = 1;
+  for (int32_t ratio : config.compress_ratios) {
+    if (ratio > 0) block_tokens = std::lcm(block_tokens, ratio);
+  }
+  return block_tokens;
+}
 
 std::string_view KvProfileName(KvProfile profile) {
   switch (profile) {

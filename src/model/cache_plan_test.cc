@@ -1,4 +1,4 @@
-#include "kv/cache_plan.h"
+#include "model/cache_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

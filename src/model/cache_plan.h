@@ -10,10 +10,20 @@
 #include "base/json.h"
 #include "base/status.h"
 #include "model/config.h"
-#include "model/kv_layout.h"
 #include "model/layer_plan.h"
 
 namespace dsv41 {
+
+// How cache rows are encoded (serving.md §3.4). Every profile stores the model's QAT values
+// exactly; they differ only in bytes per row.
+enum class KvProfile {
+  kSeed,     // bf16 KV and SWA rows, index K in the seed's (index_head_dim + 2)-byte geometry
+  kCompact,  // bf16 KV and SWA rows, packed index K
+  kPacked,   // packed KV, index K and SWA rows; ring sized from num_speculative_tokens
+};
+
+// A block-table entry that holds no block: never allocated, or released by the sliding window.
+inline constexpr uint32_t kNoBlock = 0xFFFFFFFFu;
 
 // "seed", "compact", "packed".
 std::string_view KvProfileName(KvProfile profile);
@@ -140,6 +150,10 @@ struct CachePlan {
   // model card's "890 B/token" for the packed release); the rest of a G_KV page is padding.
   double PayloadBytesPerToken() const;
 };
+
+// The smallest legal block size: the least common multiple of the positive compress ratios (1
+// without any).
+int32_t SmallestBlockTokens(const ModelConfig& config);
 
 // Builds the plan for any valid config (ValidateConfig) and its layer plan. InvalidArgument naming
 // the option or field when: block_tokens is not a positive multiple of every compress ratio;

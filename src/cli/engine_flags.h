@@ -1,0 +1,45 @@
+#pragma once
+
+// The engine flags every engine command shares (`dsv41 run`, `logits`, `bench`, later `serve`),
+// named as vllm serve's so users' scripts carry over, and the start-up line that reports the
+// resolved cache plan.
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "engine/engine.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace dsv41 {
+
+struct EngineFlags {
+  int32_t block_size = 128;
+  double kv_cache_gib = 1.0;
+  uint32_t num_blocks = 0;
+  std::string kv_profile = "seed";
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;
+  bool no_prefix_caching = false;
+  int threads = 0;
+};
+
+// Adds --block-size, --kv-cache-gib, --num-blocks, --kv-profile, --max-num-seqs,
+// --max-num-batched-tokens, --max-model-len, --no-prefix-caching and -t/--threads.
+void AddEngineFlags(CLI::App& app, EngineFlags& flags);
+
+// The options the flags ask for; InvalidArgument naming the flag otherwise.
+Result<EngineOptions> ToEngineOptions(const EngineFlags& flags);
+
+// Threads for the compute pool: the flag, or every core when it is 0.
+int ComputeThreads(const EngineFlags& flags);
+
+// "kv cache: block 128 tokens, 540928 B per block id, 1985 blocks (1.00 GiB), longest request
+// 253952 tokens, profile seed, prefix caching on" on stderr.
+void PrintEngineLayout(const Engine& engine, const EngineOptions& options);
+
+}  // namespace dsv41

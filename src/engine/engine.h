@@ -1,0 +1,135 @@
+#pragma once
+
+// The engine loop (serving.md §1, §6; vLLM V1's EngineCore): requests come in as token ids with
+// sampling parameters; each Step schedules, runs one forward over the whole flattened batch through
+// the paged KV cache, samples every request that reached the end of its tokens, and reports new
+// tokens, streamed text and finish reasons. A bad request fails alone; the others keep running.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "engine/loaded_model.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "kv/kv_cache_manager.h"
+#include "model/cache_plan.h"
+#include "model/kv_layout.h"
+
+namespace dsv41 {
+
+struct EngineOptions {
+  int32_t block_tokens = 128;  // --block-size
+  KvProfile profile = KvProfile::kSeed;
+  uint64_t kv_cache_bytes = uint64_t{1} << 30;  // --kv-cache-gib
+  uint32_t num_blocks = 0;                      // --num-blocks; overrides kv_cache_bytes when > 0
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;  // 0: max_position_embeddings
+  bool enable_prefix_caching = true;
+};
+
+// What Engine::Create resolved (printed at start-up).
+struct EngineLayout {
+  int32_t block_tokens = 0;
+  size_t bytes_per_block_id = 0;
+  uint32_t num_blocks = 0;
+  uint64_t kv_cache_bytes = 0;     // num_blocks × bytes_per_block_id
+  int64_t max_request_tokens = 0;  // the longest request the pool and max_model_len allow
+};
+
+// Per request, per step.
+struct RequestOutput {
+  uint64_t request_id = 0;
+  std::vector<int32_t> new_token_ids;
+  std::string text;                    // the streamed text delta (stop strings withheld)
+  std::vector<SampledToken> logprobs;  // one per new token when params.logprobs > 0
+  // With prompt_logits: [rows, vocab] logits of the prompt positions this step computed (and the
+  // last prompt position's, which the first token is sampled from).
+  std::vector<float> prompt_logits;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;  // with FinishReason::kError
+  int32_t num_prompt_tokens = 0;
+  int64_t num_cached_prompt_tokens = 0;  // prefix-cache hit
+};
+
+struct EngineStats {
+  uint64_t num_steps = 0;
+  uint64_t num_preemptions = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t generation_tokens = 0;
+  uint64_t prefix_queried_tokens = 0;
+  uint64_t prefix_hit_tokens = 0;
+  uint32_t free_blocks = 0;
+  uint32_t total_blocks = 0;
+  int32_t running = 0;
+  int32_t waiting = 0;
+};
+
+struct AddRequestOptions {
+  bool prompt_logits = false;
+};
+
+// Engine thread only (the loop that calls Step; the server will queue Submit/Abort into it).
+class Engine {
+ public:
+  // Plans the cache for `model`, allocates the slot buffers once and never resizes them.
+  // InvalidArgument naming the option for a bad block size, profile or budget (a pool with no
+  // room for even one request).
+  static Result<std::unique_ptr<Engine>> Create(const LoadedTextModel& model,
+                                                const EngineOptions& options, ThreadPool& pool);
+
+  const EngineLayout& layout() const { return layout_; }
+  const CachePlan& cache_plan() const { return *plan_; }
+
+  // Admits a request: InvalidArgument naming the field for bad sampling parameters, an empty
+  // prompt, a token id outside the vocabulary, or a prompt that can never fit (naming its length
+  // and the limit). Returns the request id.
+  Result<uint64_t> AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
+                              const AddRequestOptions& options = {});
+  // Ends a request at once and frees its blocks; its last output (finish kAbort) comes with the
+  // next Step. NotFound for an id that is not running or waiting.
+  Status Abort(uint64_t request_id);
+  // One engine step. Returns an output for every request that produced tokens or finished.
+  // An error here is a bug or a fault of the whole engine (the forward refused the batch).
+  Result<std::vector<RequestOutput>> Step();
+  bool HasUnfinished() const { return !requests_.empty() || !pending_outputs_.empty(); }
+  EngineStats stats() const;
+  // Every block accounted for (free, cached or referenced by exactly the live requests).
+  Status CheckConsistency() const;
+
+ private:
+  Engine(const LoadedTextModel& model, const EngineOptions& options, ThreadPool& pool)
+      : model_(model), options_(options), pool_(pool) {}
+
+  // Samples request `r`'s next token from `logits`, appends it and applies the stop rules.
+  void Sample(Request& r, std::span<const float> logits, RequestOutput& out);
+  // Ends `r` with `reason`; flush_text emits the text held back for an incomplete character or a
+  // possible stop string (not after a stop string or an error).
+  void Finish(Request& r, FinishReason reason, RequestOutput& out, bool flush_text = true,
+              std::string error = {});
+  Status BuildBatch(const SchedulerOutput& scheduled, Batch& batch);
+
+  const LoadedTextModel& model_;
+  EngineOptions options_;
+  ThreadPool& pool_;
+  std::unique_ptr<CachePlan> plan_;
+  std::unique_ptr<KvCacheStorage> storage_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  EngineLayout layout_;
+  int32_t eos_token_id_ = -1;
+  uint64_t next_id_ = 1;
+  uint64_t next_arrival_ = 0;
+  std::map<uint64_t, std::unique_ptr<Request>> requests_;
+  std::vector<RequestOutput> pending_outputs_;  // aborts since the last Step
+  SamplerScratch sampler_scratch_;
+  EngineStats stats_;
+};
+
+}  // namespace dsv41

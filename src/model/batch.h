@@ -1,0 +1,39 @@
+#pragma once
+
+// The per-step batch (serving.md §2): the flattened new tokens of every scheduled request, where
+// each request's tokens sit, and the block tables through which the forward reaches its cache rows.
+// The scheduler and the model meet in this plain struct: no policy, no tensors.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace dsv41 {
+
+// One request's slice of a Batch: tokens token_ids[first_row .. first_row + num_tokens − 1] at
+// absolute positions start_pos .. start_pos + num_tokens − 1. start_pos is the number of positions
+// already in the request's cache (its context length before this step).
+struct BatchRequest {
+  int32_t first_row = 0;
+  int32_t num_tokens = 0;
+  int32_t start_pos = 0;
+  // The request's block table of each cache group (CachePlan::groups): logical block index →
+  // block id, kNoBlock where no block is held. A view into the request's own tables.
+  std::span<const std::vector<uint32_t>> block_tables;
+};
+
+// One forward step: the new tokens of every scheduled request, flattened in request order, and
+// which rows need logits.
+struct Batch {
+  std::vector<int32_t> token_ids;      // [T]
+  std::vector<BatchRequest> requests;  // consecutive, covering [0, T)
+  // [T, n_engram_layers, n_hash_cols] global table rows of every new token (engram/row_ids.h);
+  // empty when the model has no Engram layer.
+  std::vector<int64_t> engram_rows;
+  // Rows of token_ids whose logits are wanted, ascending; logits_out holds them in this order.
+  std::vector<int32_t> logit_rows;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+};
+
+}  // namespace dsv41
