@@ -195,7 +195,9 @@ class EngineTest : public ::testing::Test {
                                model_->engram.num_cols());
       ComputeEngramRows(model_->engram, classes, {}, start, n, batch.engram_rows);
       std::vector<float> logits(static_cast<size_t>(n) * vocab);
-      EXPECT_TRUE(model.Forward(batch, cache->view(), logits, pool_).ok());
+      StepArena arena;
+      ExecContext ctx{*pool_, arena};
+      EXPECT_TRUE(model.Forward(batch, cache->view(), logits, ctx).ok());
       if (start == 0) prompt_logits = logits;
       const float* last = logits.data() + static_cast<size_t>(n - 1) * vocab;
       const int32_t next = static_cast<int32_t>(std::max_element(last, last + vocab) - last);

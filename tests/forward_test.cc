@@ -115,8 +115,14 @@ class ForwardTest : public ::testing::Test {
     return std::move(cache).value();
   }
 
+  // A one-thread context with its own arena.
+  static ExecContext& Serial() {
+    static OwnedExecContext* serial = new OwnedExecContext(1);
+    return serial->ctx;
+  }
+
   static std::vector<float> RunChunked(const std::vector<int32_t>& ids, int32_t chunk,
-                                       ThreadPool* pool) {
+                                       ExecContext& ctx = Serial()) {
     ContiguousKvCache cache = NewCache();
     const int32_t vocab = model_->vocab_size();
     std::vector<float> all;
@@ -128,7 +134,7 @@ class ForwardTest : public ::testing::Test {
       for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
       AddEngramRows(ids, start, n, batch);
       std::vector<float> logits(static_cast<size_t>(n) * vocab);
-      const Status s = model_->Forward(batch, cache.view(), logits, pool);
+      const Status s = model_->Forward(batch, cache.view(), logits, ctx);
       EXPECT_TRUE(s.ok()) << s.ToString();
       all.insert(all.end(), logits.begin(), logits.end());
     }
@@ -166,32 +172,32 @@ TEST_F(ForwardTest, PlanHasEveryAttentionModeAndEngram) {
 }
 
 TEST_F(ForwardTest, LogitsAreFiniteAndDependOnTheToken) {
-  const std::vector<float> a = RunChunked(Prompt(1, 4), 4, nullptr);
-  const std::vector<float> b = RunChunked(Prompt(2, 4), 4, nullptr);
+  const std::vector<float> a = RunChunked(Prompt(1, 4), 4);
+  const std::vector<float> b = RunChunked(Prompt(2, 4), 4);
   for (float v : a) ASSERT_TRUE(std::isfinite(v));
   EXPECT_FALSE(SameBits(a, b));
 }
 
 TEST_F(ForwardTest, ChunkedPrefillAndDecodeEqualOneShotPrefill) {
   const std::vector<int32_t> ids = Prompt(7, kPromptTokens);
-  const std::vector<float> one_shot = RunChunked(ids, kPromptTokens, nullptr);
+  const std::vector<float> one_shot = RunChunked(ids, kPromptTokens);
   for (int32_t chunk : {1, 2, 3, 5, 8, 13}) {
-    EXPECT_TRUE(SameBits(RunChunked(ids, chunk, nullptr), one_shot)) << "chunk " << chunk;
+    EXPECT_TRUE(SameBits(RunChunked(ids, chunk), one_shot)) << "chunk " << chunk;
   }
 }
 
 TEST_F(ForwardTest, ThreadCountDoesNotChangeBits) {
   const std::vector<int32_t> ids = Prompt(8, kPromptTokens);
-  ThreadPool pool(3);
-  EXPECT_TRUE(SameBits(RunChunked(ids, 7, &pool), RunChunked(ids, 7, nullptr)));
+  OwnedExecContext three(3);
+  EXPECT_TRUE(SameBits(RunChunked(ids, 7, three.ctx), RunChunked(ids, 7)));
 }
 
 TEST_F(ForwardTest, BatchOfTwoRequestsEqualsEachAlone) {
   const std::vector<int32_t> a = Prompt(11, 17);
   const std::vector<int32_t> b = Prompt(12, 9);
   const int32_t vocab = model_->vocab_size();
-  const std::vector<float> a_alone = RunChunked(a, 6, nullptr);  // chunks 0..5, 6..11, 12..16
-  const std::vector<float> b_alone = RunChunked(b, 9, nullptr);
+  const std::vector<float> a_alone = RunChunked(a, 6);  // chunks 0..5, 6..11, 12..16
+  const std::vector<float> b_alone = RunChunked(b, 9);
 
   ContiguousKvCache cache = NewCache(2);  // request 0: a, request 1: b
   // Step 1: a's first chunk alone. Step 2: a's second chunk and all of b. Step 3: a's last chunk.
@@ -212,7 +218,7 @@ TEST_F(ForwardTest, BatchOfTwoRequestsEqualsEachAlone) {
           AddEngramRows(*ids, start, n, batch);
         }
         std::vector<float> logits(batch.logit_rows.size() * vocab);
-        const Status s = model_->Forward(batch, cache.view(), logits, nullptr);
+        const Status s = model_->Forward(batch, cache.view(), logits, Serial());
         EXPECT_TRUE(s.ok()) << s.ToString();
         return logits;
       };
@@ -229,7 +235,7 @@ TEST_F(ForwardTest, BatchOfTwoRequestsEqualsEachAlone) {
 
 TEST_F(ForwardTest, LogitRowsSelectRows) {
   const std::vector<int32_t> ids = Prompt(13, 6);
-  const std::vector<float> all = RunChunked(ids, 6, nullptr);
+  const std::vector<float> all = RunChunked(ids, 6);
   const int32_t vocab = model_->vocab_size();
   ContiguousKvCache cache = NewCache();
   Batch batch;
@@ -238,7 +244,7 @@ TEST_F(ForwardTest, LogitRowsSelectRows) {
   batch.logit_rows = {5};
   AddEngramRows(ids, 0, 6, batch);
   std::vector<float> last(vocab);
-  ASSERT_TRUE(model_->Forward(batch, cache.view(), last, nullptr).ok());
+  ASSERT_TRUE(model_->Forward(batch, cache.view(), last, Serial()).ok());
   EXPECT_TRUE(SameBits(last, std::vector<float>(all.end() - vocab, all.end())));
 }
 
@@ -250,7 +256,7 @@ TEST_F(ForwardTest, RefusesMalformedBatches) {
   batch.requests.push_back(cache.Request(0, 2, 0));
   batch.logit_rows = {1};
   AddEngramRows(batch.token_ids, 0, 2, batch);
-  auto forward = [&] { return model_->Forward(batch, cache.view(), logits, nullptr); };
+  auto forward = [&] { return model_->Forward(batch, cache.view(), logits, Serial()); };
 
   // A block table that ends before the step's positions (no block id for positions 64..65).
   batch.requests[0].start_pos = 64;

@@ -72,7 +72,7 @@ class Session {
   }
 
   // Feeds `ids` as one chunk; returns the logits of every fed position [n, vocab].
-  std::vector<float> Feed(const std::vector<int32_t>& ids, ThreadPool* pool,
+  std::vector<float> Feed(const std::vector<int32_t>& ids, ExecContext& ctx,
                           ForwardTrace* trace = nullptr) {
     const int32_t n = static_cast<int32_t>(ids.size());
     const int32_t start = num_positions_;
@@ -91,7 +91,7 @@ class Session {
       rows_.insert(rows_.end(), batch.engram_rows.begin(), batch.engram_rows.end());
     }
     std::vector<float> logits(static_cast<size_t>(n) * model_.vocab_size());
-    const Status s = model_.Forward(batch, cache_.view(), logits, pool, trace);
+    const Status s = model_.Forward(batch, cache_.view(), logits, ctx, trace);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return logits;
   }
@@ -156,14 +156,14 @@ TEST_P(GoldenLogitsTest, PrefillLogitsAndGreedyContinuationMatch) {
   ASSERT_GE(want_greedy.size(), static_cast<size_t>(stable_prefix));
   const std::vector<int64_t> want_rows = ReadInts(case_dir + "/engram_hash.npy");
 
-  ThreadPool pool(2);
+  OwnedExecContext exec(2);
   // One Linear path: prefill logits, then the greedy continuation (argmax, lowest id on ties; EOS
   // does not stop), token by token.
   auto check_path = [&](const TextModel& m, const char* path) {
     SCOPED_TRACE(path);
     Session session(m, map, *constants);
     ForwardTrace trace;
-    const std::vector<float> got = session.Feed(prompt, &pool, &trace);
+    const std::vector<float> got = session.Feed(prompt, exec.ctx, &trace);
     // The first layer whose intermediate differs at a stable position names the module to look
     // at (README); printed only.
     for (const char* name : {"attn_in", "attn_out", "ffn_in", "ffn_out"}) {
@@ -209,7 +209,7 @@ TEST_P(GoldenLogitsTest, PrefillLogitsAndGreedyContinuationMatch) {
     std::vector<float> last(got.end() - vocab, got.end());
     for (int32_t k = 0; k < stable_prefix; ++k) {
       greedy.push_back(Argmax(last.data(), vocab));
-      if (k + 1 < stable_prefix) last = session.Feed({greedy.back()}, &pool);
+      if (k + 1 < stable_prefix) last = session.Feed({greedy.back()}, exec.ctx);
     }
     std::vector<int64_t> want_prefix(want_greedy.begin(), want_greedy.begin() + stable_prefix);
     EXPECT_EQ(std::vector<int64_t>(greedy.begin(), greedy.end()), want_prefix)
@@ -237,9 +237,10 @@ TEST_P(GoldenLogitsTest, EnginePagedLogitsEqualContiguous) {
   for (int64_t id : ReadInts(case_dir + "/input_ids.npy")) {
     prompt.push_back(static_cast<int32_t>(id));
   }
-  ThreadPool pool(2);
+  OwnedExecContext exec(2);
+  ThreadPool& pool = exec.pool;
   Session session(*m->model, m->token_map, m->engram);
-  const std::vector<float> want = session.Feed(prompt, &pool);
+  const std::vector<float> want = session.Feed(prompt, exec.ctx);
   std::vector<int32_t> other = prompt;
   std::reverse(other.begin(), other.end());
 

@@ -84,7 +84,6 @@ int RunLogits(const LogitsFlags& flags) {
   }
   LogitsFlags engine_flags = flags;
   if (flags.chunk > 0) engine_flags.engine.max_num_batched_tokens = flags.chunk;
-  if (flags.chunk <= 0) engine_flags.engine.max_num_batched_tokens = 1 << 30;  // one chunk
   Result<EngineOptions> options = ToEngineOptions(engine_flags.engine);
   if (!options.ok()) {
     std::fprintf(stderr, "dsv41 logits: %s\n", options.status().ToString().c_str());
@@ -103,6 +102,9 @@ int RunLogits(const LogitsFlags& flags) {
       return 1;
     }
     ids = std::move(encoded).value();
+  }
+  if (flags.chunk <= 0) {  // one chunk: the whole prompt in one step
+    options->max_num_batched_tokens = std::max<int32_t>(1, static_cast<int32_t>(ids.size()));
   }
   ThreadPool pool(ComputeThreads(flags.engine));
   const int64_t positions = static_cast<int64_t>(ids.size());

@@ -236,7 +236,8 @@ Result<std::vector<RequestOutput>> Engine::Step() {
   DSV41_RETURN_IF_ERROR(BuildBatch(scheduled, batch));
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
   std::vector<float> logits(batch.logit_rows.size() * vocab);
-  DSV41_RETURN_IF_ERROR(model_.model->Forward(batch, storage_->view(), logits, &pool_));
+  arena_.Reset();
+  DSV41_RETURN_IF_ERROR(model_.model->Forward(batch, storage_->view(), logits, ctx_));
   scheduler_->Update(scheduled);
 
   size_t logit_idx = 0;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exec_context.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/loaded_model.h"
@@ -105,7 +106,13 @@ class Engine {
 
  private:
   Engine(const LoadedTextModel& model, const EngineOptions& options, ThreadPool& pool)
-      : model_(model), options_(options), pool_(pool) {}
+      : model_(model),
+        options_(options),
+        // Sized for a full step up front (pages are touched only when used), capped so that a
+        // huge token budget does not reserve address space it will never need.
+        arena_(std::min<size_t>(model.model->StepScratchBytes(options.max_num_batched_tokens),
+                                size_t{1} << 30)),
+        ctx_{pool, arena_} {}
 
   // Samples request `r`'s next token from `logits`, appends it and applies the stop rules.
   void Sample(Request& r, std::span<const float> logits, RequestOutput& out);
@@ -117,7 +124,8 @@ class Engine {
 
   const LoadedTextModel& model_;
   EngineOptions options_;
-  ThreadPool& pool_;
+  StepArena arena_;  // the forward's scratch, reset every step
+  ExecContext ctx_;
   std::unique_ptr<CachePlan> plan_;
   std::unique_ptr<KvCacheStorage> storage_;
   std::unique_ptr<KvCacheManager> kv_;

@@ -87,7 +87,12 @@ void SinkAttention(std::span<const float> q, std::span<const float* const> keys,
     std::fill(out.begin(), out.end(), 0.0f);
     return;
   }
-  std::vector<float> acc(dim, 0.0f);
+  // The accumulator lives on the stack for every real head size (one call per token and head).
+  constexpr size_t kStackDims = 1024;
+  float stack_acc[kStackDims];
+  std::vector<float> heap_acc(dim > kStackDims ? dim : 0);
+  const std::span<float> acc(dim > kStackDims ? heap_acc.data() : stack_acc, dim);
+  std::fill(acc.begin(), acc.end(), 0.0f);
   float scores[kAttentionKeyBlock];
   float probs[kAttentionKeyBlock];
   float probs_bf16[kAttentionKeyBlock];
@@ -162,18 +167,21 @@ Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights
 }
 
 void Attention::QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
-                            ThreadPool* pool) const {
+                            ExecContext& ctx) const {
   DSV41_CHECK(static_cast<int64_t>(x.size()) == int64_t{num_tokens} * config_.hidden_size &&
                   static_cast<int64_t>(qr.size()) == int64_t{num_tokens} * config_.q_lora_rank,
               "x %zu, qr %zu for %d tokens", x.size(), qr.size(), num_tokens);
-  LinearBf16(wq_a_, x, num_tokens, qr, pool);
+  LinearBf16(wq_a_, x, num_tokens, qr, &ctx.pool);
   RmsNormRows(qr, num_tokens, q_norm_, static_cast<float>(config_.rms_norm_eps), qr);
 }
 
 void Attention::Forward(std::span<const float> x, std::span<const float> qr,
                         std::span<const BatchRequest> requests, const KvCacheView& cache,
                         std::span<const CompressedSelection> selections, std::span<float> out,
-                        ThreadPool* pool) const {
+                        ExecContext& ctx) const {
+  ArenaScope scope(ctx.arena);
+  StepArena& arena = ctx.arena;
+  ThreadPool* pool = &ctx.pool;
   const int64_t hidden = config_.hidden_size;
   const int64_t t_count = static_cast<int64_t>(x.size()) / hidden;
   const int64_t num_heads = config_.num_attention_heads;
@@ -198,40 +206,39 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
 
   // Per row: its request, and the cos/sin of its position (shared by q, kv and the inverse
   // rotation of the output).
-  std::vector<int32_t> request_of(t_count);
-  std::vector<float> cos(t_count * half);
-  std::vector<float> sin(t_count * half);
+  std::span<int32_t> request_of = arena.Alloc<int32_t>(t_count);
+  std::span<float> cos = arena.Alloc<float>(t_count * half);
+  std::span<float> sin = arena.Alloc<float>(t_count * half);
   for (size_t i = 0; i < requests.size(); ++i) {
     const BatchRequest& r = requests[i];
     for (int32_t t = 0; t < r.num_tokens; ++t) {
       const int64_t row = r.first_row + t;
       request_of[row] = static_cast<int32_t>(i);
-      rope_.Angles(r.start_pos + t, std::span<float>(cos).subspan(row * half, half),
-                   std::span<float>(sin).subspan(row * half, half));
+      rope_.Angles(r.start_pos + t, cos.subspan(row * half, half), sin.subspan(row * half, half));
     }
   }
-  auto cos_of = [&](int64_t t) { return std::span<const float>(cos).subspan(t * half, half); };
-  auto sin_of = [&](int64_t t) { return std::span<const float>(sin).subspan(t * half, half); };
+  auto cos_of = [&](int64_t t) { return std::span<const float>(cos.subspan(t * half, half)); };
+  auto sin_of = [&](int64_t t) { return std::span<const float>(sin.subspan(t * half, half)); };
 
   // §7.1 query path: q = rope(wq_b·qr) per head.
-  std::vector<float> q(t_count * num_heads * head_dim);
+  std::span<float> q = arena.Alloc<float>(t_count * num_heads * head_dim);
   LinearBf16(wq_b_, qr, t_count, q, pool);
   for (int64_t t = 0; t < t_count; ++t) {
     for (int64_t h = 0; h < num_heads; ++h) {
-      Rope::RotateWith(std::span<float>(q).subspan((t * num_heads + h) * head_dim, head_dim),
-                       cos_of(t), sin_of(t), /*inverse=*/false);
+      Rope::RotateWith(q.subspan((t * num_heads + h) * head_dim, head_dim), cos_of(t), sin_of(t),
+                       /*inverse=*/false);
     }
   }
 
   // §7.2 SWA path: kv = fq8_b32(rope(RMSNorm(kv_norm, wkv·x))), stored at its position's row.
-  std::vector<float> kv(t_count * head_dim);
+  std::span<float> kv = arena.Alloc<float>(t_count * head_dim);
   LinearBf16(wkv_, x, t_count, kv, pool);
   for (const BatchRequest& r : requests) {
     const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
     for (int32_t t = 0; t < r.num_tokens; ++t) {
       const int64_t row = r.first_row + t;
       const int32_t pos = r.start_pos + t;
-      std::span<float> values = std::span<float>(kv).subspan(row * head_dim, head_dim);
+      std::span<float> values = kv.subspan(row * head_dim, head_dim);
       RmsNorm(values, kv_norm_, eps, values);
       Rope::RotateWith(values, cos_of(row), sin_of(row), /*inverse=*/false);
       FakeQuantFq8B32(values);
@@ -245,23 +252,25 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
   const int32_t window = config_.sliding_window;
   struct RequestKeys {
     int32_t window_begin = 0;
-    std::vector<float> window_rows;    // [positions window_begin .., head_dim]
-    std::vector<int32_t> entry_index;  // entry id → row of `entries`, −1 when not selected
-    std::vector<float> entries;        // [selected entries, head_dim]
+    std::span<float> window_rows;    // [positions window_begin .., head_dim]
+    std::span<int32_t> entry_index;  // entry id → row of `entries`, −1 when not selected
+    std::span<float> entries;        // [selected entries, head_dim]
   };
-  std::vector<RequestKeys> keys_of(requests.size());
+  std::span<RequestKeys> keys_of = arena.Alloc<RequestKeys>(requests.size());
+  int32_t max_keys = 0;  // the longest key list of any token
   for (size_t i = 0; i < requests.size(); ++i) {
     const BatchRequest& r = requests[i];
     RequestKeys& k = keys_of[i];
+    k = RequestKeys{};
     k.window_begin = std::max(0, r.start_pos - window + 1);
     const int32_t end = r.start_pos + r.num_tokens;
-    k.window_rows.resize(static_cast<size_t>(end - k.window_begin) * head_dim);
+    k.window_rows = arena.Alloc<float>(static_cast<size_t>(end - k.window_begin) * head_dim);
+    max_keys = std::max(max_keys, std::min(window, end));
     const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
     for (int32_t p = k.window_begin; p < end; ++p) {
-      DecodeSwaRow(layout.profile,
-                   cache.Row(swa, BlockAt(table, p / block_tokens), p % block_tokens),
-                   std::span<float>(k.window_rows)
-                       .subspan(static_cast<size_t>(p - k.window_begin) * head_dim, head_dim));
+      DecodeSwaRow(
+          layout.profile, cache.Row(swa, BlockAt(table, p / block_tokens), p % block_tokens),
+          k.window_rows.subspan(static_cast<size_t>(p - k.window_begin) * head_dim, head_dim));
     }
     if (source == nullptr) continue;
     const CompressedSelection& sel = selections[i];
@@ -269,7 +278,11 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
                                           int64_t{r.num_tokens} * sel.per_token,
                 "selection of %zu ids, %d per token", sel.entries.size(), sel.per_token);
     const int32_t num_entries = end / source->ratio;
-    k.entry_index.assign(num_entries, -1);
+    max_keys = std::max(max_keys, std::min(window, end) + sel.per_token);
+    k.entry_index = arena.Alloc<int32_t>(num_entries);
+    std::fill(k.entry_index.begin(), k.entry_index.end(), -1);
+    k.entries = arena.Alloc<float>(
+        static_cast<size_t>(std::min<int64_t>(num_entries, sel.entries.size())) * head_dim);
     const std::span<const uint32_t> kv_table = r.block_tables[source->kv.group_idx];
     const int32_t rows_per_page = source->kv.rows_per_page;
     int32_t num_selected = 0;
@@ -277,19 +290,20 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
       if (e < 0 || k.entry_index[e] >= 0) continue;
       DSV41_CHECK(e < num_entries, "entry %d of %d", e, num_entries);
       k.entry_index[e] = num_selected++;
-      k.entries.resize(static_cast<size_t>(num_selected) * head_dim);
       DecodeKvRow(layout.profile,
                   cache.Row(source->kv, BlockAt(kv_table, e / rows_per_page), e % rows_per_page),
-                  std::span<float>(k.entries).subspan(
-                      static_cast<size_t>(num_selected - 1) * head_dim, head_dim));
+                  k.entries.subspan(static_cast<size_t>(num_selected - 1) * head_dim, head_dim));
     }
   }
 
   // §7.6: each (token, head) attends the window rows max(0, p − W + 1) .. p in position order,
   // then its selected compressed entries in the given (ascending) order.
-  std::vector<float> o(t_count * num_heads * head_dim);
-  auto attend = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
-    std::vector<const float*> keys;
+  std::span<float> o = arena.Alloc<float>(t_count * num_heads * head_dim);
+  // One key-pointer list per thread, drawn before the parallel region.
+  std::span<const float*> key_lists =
+      arena.Alloc<const float*>(static_cast<size_t>(ctx.pool.num_threads()) * max_keys);
+  auto attend = [&](int64_t begin, int64_t end, int thread_idx) {
+    const float** keys = key_lists.data() + static_cast<size_t>(thread_idx) * max_keys;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / num_heads;
       const int64_t h = item % num_heads;
@@ -297,42 +311,40 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
       const BatchRequest& r = requests[i];
       const RequestKeys& k = keys_of[i];
       const int32_t pos = r.start_pos + static_cast<int32_t>(t - r.first_row);
-      keys.clear();
+      int32_t num_keys = 0;
       for (int32_t p = std::max(0, pos - window + 1); p <= pos; ++p) {
-        keys.push_back(k.window_rows.data() + static_cast<size_t>(p - k.window_begin) * head_dim);
+        keys[num_keys++] =
+            k.window_rows.data() + static_cast<size_t>(p - k.window_begin) * head_dim;
       }
       if (source != nullptr) {
         const CompressedSelection& sel = selections[i];
         for (int32_t slot = 0; slot < sel.per_token; ++slot) {
           const int32_t entry = sel.entries[(t - r.first_row) * sel.per_token + slot];
           if (entry < 0) continue;
-          keys.push_back(k.entries.data() + static_cast<size_t>(k.entry_index[entry]) * head_dim);
+          keys[num_keys++] =
+              k.entries.data() + static_cast<size_t>(k.entry_index[entry]) * head_dim;
         }
       }
-      SinkAttention(std::span<const float>(q).subspan(item * head_dim, head_dim), keys,
-                    attn_sink_[h], attn_scale_,
-                    std::span<float>(o).subspan(item * head_dim, head_dim));
+      SinkAttention(q.subspan(item * head_dim, head_dim),
+                    std::span<const float* const>(keys, num_keys), attn_sink_[h], attn_scale_,
+                    o.subspan(item * head_dim, head_dim));
     }
   };
-  if (pool != nullptr) {
-    pool->ParallelFor(t_count * num_heads, 1, attend);
-  } else {
-    attend(0, t_count * num_heads, 0);
-  }
+  ctx.pool.ParallelFor(t_count * num_heads, 1, attend);
 
   // §7.7: inverse RoPE of every head's output, then the grouped wo_a product and wo_b.
   for (int64_t t = 0; t < t_count; ++t) {
     for (int64_t h = 0; h < num_heads; ++h) {
-      Rope::RotateWith(std::span<float>(o).subspan((t * num_heads + h) * head_dim, head_dim),
-                       cos_of(t), sin_of(t), /*inverse=*/true);
+      Rope::RotateWith(o.subspan((t * num_heads + h) * head_dim, head_dim), cos_of(t), sin_of(t),
+                       /*inverse=*/true);
     }
   }
   const int64_t group_in = config_.group_in();
   const int64_t o_rank = config_.o_lora_rank;
   const int64_t num_groups = config_.o_groups;
-  std::vector<float> group_x(t_count * group_in);
-  std::vector<float> group_z(t_count * o_rank);
-  std::vector<float> z(t_count * num_groups * o_rank);
+  std::span<float> group_x = arena.Alloc<float>(t_count * group_in);
+  std::span<float> group_z = arena.Alloc<float>(t_count * o_rank);
+  std::span<float> z = arena.Alloc<float>(t_count * num_groups * o_rank);
   for (int64_t g = 0; g < num_groups; ++g) {
     for (int64_t t = 0; t < t_count; ++t) {
       std::copy_n(o.begin() + (t * num_groups + g) * group_in, group_in,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exec_context.h"
 #include "base/status.h"
 #include "kernels/linear.h"
 #include "model/batch.h"
@@ -51,7 +52,7 @@ struct CompressedSelection {
 
 // The attention sublayer of one layer. Immutable after Create (weights are views into the
 // ModelWeights, which must outlive it); Forward is const and may run for different requests one
-// after another. Engine thread only (Forward uses `pool` for its parallel parts).
+// after another. Engine thread only (Forward uses the context's pool and arena).
 class Attention {
  public:
   // The attention of backbone layer `layer` (weights `layers.<layer>.attn.*`), as its role in the
@@ -70,18 +71,18 @@ class Attention {
   // qr = RMSNorm(q_norm, wq_a · x) [num_tokens, q_lora_rank] (model.md §7.1 step 1): the
   // low-rank query latent, which the layer's indexer reads too. x: [num_tokens, hidden_size].
   void QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
-                   ThreadPool* pool) const;
+                   ExecContext& ctx) const;
 
   // Runs the layer for every new token of a step (prefill, chunks and decode steps of several
   // requests: model.md §7.9). x: [T, hidden_size] attention input (bf16 values), qr its
   // QueryLatent; out: [T, hidden_size] bf16 values. The weight products run once over all T rows;
   // each request writes its new window rows into `cache` through its block tables, then attends
   // its own window and, when the role's ratio is > 0, selections[i] of its kv source's entries
-  // (selections has one entry per request exactly then; checked). `pool` may be null.
+  // (selections has one entry per request exactly then; checked).
   void Forward(std::span<const float> x, std::span<const float> qr,
                std::span<const BatchRequest> requests, const KvCacheView& cache,
                std::span<const CompressedSelection> selections, std::span<float> out,
-               ThreadPool* pool) const;
+               ExecContext& ctx) const;
 
  private:
   Attention(const ModelConfig& config, const LayerRole& role, std::string prefix);

@@ -322,7 +322,7 @@ TEST_P(AttentionGoldenTest, LayersMatchAttnOutAndSwaKv) {
   const std::vector<float> want_kv = swa_kv.ToFloat();
   const std::vector<float> stable_measure = stability.ToFloat();
 
-  ThreadPool pool(2);
+  OwnedExecContext exec(2);
   int num_swa_layers = 0;
   // One contiguous cache holds every layer's window rows and the kv sources' entries.
   Result<ContiguousKvCache> cache = ContiguousKvCache::Create(c, weights.plan(), t_count);
@@ -345,7 +345,7 @@ TEST_P(AttentionGoldenTest, LayersMatchAttnOutAndSwaKv) {
             Compressor::Create(weights, "layers." + std::to_string(s) + ".attn", source);
         ASSERT_TRUE(comp.ok()) << comp.status().ToString();
         (*comp)->Forward(std::span<const float>(in).subspan(s * t_count * hidden, t_count * hidden),
-                         request, cache->view(), &pool);
+                         request, cache->view(), exec.ctx);
         compressed[s] = true;
       }
       const NpyArray golden_topk =
@@ -357,9 +357,9 @@ TEST_P(AttentionGoldenTest, LayersMatchAttnOutAndSwaKv) {
     }
     const std::span<const float> x(in.data() + l * t_count * hidden, t_count * hidden);
     std::vector<float> qr(t_count * c.q_lora_rank);
-    (*attention)->QueryLatent(x, static_cast<int32_t>(t_count), qr, &pool);
+    (*attention)->QueryLatent(x, static_cast<int32_t>(t_count), qr, exec.ctx);
     std::vector<float> out(t_count * hidden);
-    (*attention)->Forward(x, qr, request, cache->view(), selection, out, &pool);
+    (*attention)->Forward(x, qr, request, cache->view(), selection, out, exec.ctx);
 
     double max_err = 0;
     double max_kv_err = 0;
@@ -409,13 +409,14 @@ TEST(AttentionTest, ChunksDecodeAndThreadCountsGiveIdenticalBits) {
   Result<ContiguousKvCache> one_shot_cache = ContiguousKvCache::Create(c, weights.plan(), t_count);
   ASSERT_TRUE(one_shot_cache.ok()) << one_shot_cache.status().ToString();
   std::vector<float> qr(t_count * c.q_lora_rank);
-  (*attention)->QueryLatent(in, static_cast<int32_t>(t_count), qr, nullptr);
+  OwnedExecContext serial(1);
+  (*attention)->QueryLatent(in, static_cast<int32_t>(t_count), qr, serial.ctx);
   std::vector<float> one_shot(t_count * hidden);
   const BatchRequest whole[] = {one_shot_cache->Request(0, static_cast<int32_t>(t_count), 0)};
-  (*attention)->Forward(in, qr, whole, one_shot_cache->view(), {}, one_shot, nullptr);
+  (*attention)->Forward(in, qr, whole, one_shot_cache->view(), {}, one_shot, serial.ctx);
 
   // Chunks through the packed profile and 4-token blocks: the stored form never changes a bit.
-  ThreadPool pool(2);
+  OwnedExecContext two(2);
   Result<ContiguousKvCache> chunked_cache =
       ContiguousKvCache::Create(c, weights.plan(), t_count, KvProfile::kPacked, 4);
   ASSERT_TRUE(chunked_cache.ok()) << chunked_cache.status().ToString();
@@ -429,7 +430,7 @@ TEST(AttentionTest, ChunksDecodeAndThreadCountsGiveIdenticalBits) {
         ->Forward(in.subspan(begin * hidden, n * hidden),
                   std::span<const float>(qr).subspan(begin * c.q_lora_rank, n * c.q_lora_rank),
                   part, chunked_cache->view(), {},
-                  std::span<float>(chunked).subspan(begin * hidden, n * hidden), &pool);
+                  std::span<float>(chunked).subspan(begin * hidden, n * hidden), two.ctx);
     begin += n;
   }
   ASSERT_EQ(begin, t_count);

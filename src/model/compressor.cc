@@ -43,7 +43,10 @@ Result<std::unique_ptr<Compressor>> Compressor::Create(const ModelWeights& weigh
 }
 
 void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest> requests,
-                         const KvCacheView& cache, ThreadPool* pool) const {
+                         const KvCacheView& cache, ExecContext& ctx) const {
+  ArenaScope scope(ctx.arena);
+  StepArena& arena = ctx.arena;
+  ThreadPool* pool = &ctx.pool;
   const int64_t hidden = config_.hidden_size;
   const int64_t t_count = static_cast<int64_t>(x.size()) / hidden;
   const int64_t head_dim = config_.head_dim;
@@ -56,33 +59,42 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
               layer_, places.ratio);
 
   // §7.3: fp32 projections a = wkv·x and, for ratio > 1, g = wgate·x over every row.
-  std::vector<float> a(t_count * head_dim);
+  std::span<float> a = arena.Alloc<float>(t_count * head_dim);
   Linear(wkv_, x, t_count, a, LinearOptions{}, pool);
-  std::vector<float> g;
+  std::span<float> g;
   if (ratio_ > 1) {
-    g.resize(a.size());
+    g = arena.Alloc<float>(a.size());
     Linear(wgate_, x, t_count, g, LinearOptions{}, pool);
   }
 
   // The bf16 latent (un-rotated, normalised) of every entry the step completes, with where the
   // entry goes: (request, entry id).
-  std::vector<float> latents;
-  std::vector<std::pair<int32_t, int32_t>> completed;
-  std::vector<float> e(ratio_);
-  std::vector<float> terms(ratio_);
-  std::vector<const float*> members(ratio_);
+  int64_t max_completed = 0;
+  for (const BatchRequest& r : requests) {
+    max_completed += (r.start_pos + r.num_tokens) / ratio_ - r.start_pos / ratio_;
+  }
+  struct Completed {
+    int32_t request_idx;
+    int32_t entry;
+  };
+  std::span<float> latents = arena.Alloc<float>(max_completed * head_dim);
+  std::span<Completed> completed = arena.Alloc<Completed>(max_completed);
+  int64_t num_completed = 0;
+  std::span<float> e = arena.Alloc<float>(ratio_);
+  std::span<float> terms = arena.Alloc<float>(ratio_);
+  std::span<const float*> members = arena.Alloc<const float*>(ratio_);
   for (size_t i = 0; i < requests.size(); ++i) {
     const BatchRequest& r = requests[i];
     for (int32_t t = 0; t < r.num_tokens; ++t) {
       const int64_t row = r.first_row + t;
       const int32_t pos = r.start_pos + t;
-      const size_t begin = latents.size();
+      const size_t begin = static_cast<size_t>(num_completed) * head_dim;
       if (ratio_ == 1) {
         // §7.3 ratio 1: latent = RMSNorm(norm, bf16(wkv · x)), entry j = p.
-        latents.resize(begin + head_dim);
-        for (int64_t ch = 0; ch < head_dim; ++ch)
+        for (int64_t ch = 0; ch < head_dim; ++ch) {
           latents[begin + ch] = Bf16Round(a[row * head_dim + ch]);
-        completed.emplace_back(static_cast<int32_t>(i), pos);
+        }
+        completed[num_completed++] = Completed{static_cast<int32_t>(i), pos};
         continue;
       }
       // The ring row of p holds [a ‖ g]; a group closes at its last member.
@@ -101,7 +113,6 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
       // Members i = 0..r−1 in position order, each [a ‖ g]. Per channel: softmax of the gates
       // (max subtracted, CrExp, sequential fp32 denominator), then the sequential fp32 sum of
       // fp32(w_i · a_i); the pooled vector is rounded to bf16 before the norm.
-      latents.resize(begin + head_dim);
       for (int64_t ch = 0; ch < head_dim; ++ch) {
         float mx = members[0][head_dim + ch];
         for (int32_t m = 1; m < ratio_; ++m) mx = std::max(mx, members[m][head_dim + ch]);
@@ -110,26 +121,27 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
         for (int32_t m = 0; m < ratio_; ++m) terms[m] = (e[m] / den) * members[m][ch];
         latents[begin + ch] = Bf16Round(SeqSum(terms));
       }
-      completed.emplace_back(static_cast<int32_t>(i), pos / ratio_);
+      completed[num_completed++] = Completed{static_cast<int32_t>(i), pos / ratio_};
     }
   }
-  const int64_t num_completed = static_cast<int64_t>(completed.size());
+  DSV41_CHECK(num_completed == max_completed, "%lld entries completed, %lld expected",
+              static_cast<long long>(num_completed), static_cast<long long>(max_completed));
   if (num_completed == 0) return;
   RmsNormRows(latents, num_completed, norm_, eps, latents);
 
   // §7.4 publish: 1. index key from the un-rotated latent (bf16 weights, no activation
   // quantisation, §12.4); 2. the rotated latent, fq4_b16_e4m3. Entry j is rotated at position
   // j·ratio, the first token of its group (§6.3).
-  std::vector<float> k(num_completed * index_dim);
+  std::span<float> k = arena.Alloc<float>(num_completed * index_dim);
   Linear(wk_, latents, num_completed, k, LinearOptions{}, pool);
   const size_t half = rope_.inv_freq().size();
-  std::vector<float> cos(half);
-  std::vector<float> sin(half);
+  std::span<float> cos = arena.Alloc<float>(half);
+  std::span<float> sin = arena.Alloc<float>(half);
   for (int64_t c = 0; c < num_completed; ++c) {
     const auto [request_idx, entry] = completed[c];
     const std::span<const std::vector<uint32_t>> tables = requests[request_idx].block_tables;
     rope_.Angles(entry * ratio_, cos, sin);
-    std::span<float> key = std::span<float>(k).subspan(c * index_dim, index_dim);
+    std::span<float> key = k.subspan(c * index_dim, index_dim);
     for (float& v : key) v = Bf16Round(v);
     RmsNorm(key, k_norm_, eps, key);
     Rope::RotateWith(key, cos, sin, /*inverse=*/false);
@@ -138,7 +150,7 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
     const uint32_t block = BlockAt(tables[places.kv.group_idx], entry / rows_per_page);
     EncodeIndexRow(key, cache.Row(places.index, block, entry % rows_per_page),
                    places.index.row_bytes);
-    std::span<float> latent = std::span<float>(latents).subspan(c * head_dim, head_dim);
+    std::span<float> latent = latents.subspan(c * head_dim, head_dim);
     Rope::RotateWith(latent, cos, sin, /*inverse=*/false);
     FakeQuantFq4B16E4m3(latent);
     EncodeKvRow(layout.profile, latent, cache.Row(places.kv, block, entry % rows_per_page));

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exec_context.h"
 #include "base/status.h"
 #include "kernels/linear.h"
 #include "model/batch.h"
@@ -26,7 +27,7 @@ class ModelWeights;
 class ThreadPool;
 
 // The compressor and publisher of one kv-source layer. Immutable after Create (views into the
-// ModelWeights, which must outlive it). Engine thread only (Forward uses `pool`).
+// ModelWeights, which must outlive it). Engine thread only (Forward uses the context's pool and arena).
 class Compressor {
  public:
   // `prefix` is the layer's attention prefix ("layers.2.attn"); `role` must be a kv source with
@@ -43,7 +44,7 @@ class Compressor {
   // block tables. A group left open by one step closes in a later one: its members wait in the
   // ring. Projections run once over all T rows.
   void Forward(std::span<const float> x, std::span<const BatchRequest> requests,
-               const KvCacheView& cache, ThreadPool* pool) const;
+               const KvCacheView& cache, ExecContext& ctx) const;
 
  private:
   Compressor(const ModelConfig& config, const LayerRole& role);

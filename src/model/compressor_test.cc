@@ -64,7 +64,8 @@ TEST_P(CompressorGoldenTest, KvSourcesMatchCompressedKvAndIndexK) {
   const int64_t t_count = attn_in.shape[1];
   const int64_t hidden = c.hidden_size;
   const std::vector<float> in = attn_in.ToFloat();
-  ThreadPool pool(2);
+  OwnedExecContext exec(2);
+  OwnedExecContext serial(1);
   int num_sources = 0;
   for (const LayerRole& role : weights.plan().layers) {
     if (!role.is_kv_source) continue;
@@ -78,7 +79,7 @@ TEST_P(CompressorGoldenTest, KvSourcesMatchCompressedKvAndIndexK) {
     Result<ContiguousKvCache> one_shot = ContiguousKvCache::Create(c, weights.plan(), t_count);
     ASSERT_TRUE(one_shot.ok()) << one_shot.status().ToString();
     const BatchRequest whole[] = {one_shot->Request(0, static_cast<int32_t>(t_count), 0)};
-    (*comp)->Forward(x, whole, one_shot->view(), &pool);
+    (*comp)->Forward(x, whole, one_shot->view(), exec.ctx);
     Result<ContiguousKvCache> chunked =
         ContiguousKvCache::Create(c, weights.plan(), t_count, KvProfile::kPacked);
     ASSERT_TRUE(chunked.ok()) << chunked.status().ToString();
@@ -87,7 +88,7 @@ TEST_P(CompressorGoldenTest, KvSourcesMatchCompressedKvAndIndexK) {
       n = std::min<int32_t>(n, static_cast<int32_t>(t_count) - pos);
       if (n <= 0) break;
       const BatchRequest part[] = {chunked->Request(0, n, pos)};
-      (*comp)->Forward(x.subspan(pos * hidden, n * hidden), part, chunked->view(), nullptr);
+      (*comp)->Forward(x.subspan(pos * hidden, n * hidden), part, chunked->view(), serial.ctx);
       pos += n;
     }
     for (int32_t j = 0; j < t_count / role.ratio; ++j) {

@@ -47,6 +47,22 @@ Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights,
   return model;
 }
 
+size_t TextModel::StepScratchBytes(int32_t max_tokens) const {
+  const ModelConfig& c = config_;
+  const size_t hc = static_cast<size_t>(dims_.hc_mult);
+  // Held across layers: streams, pre-mixes, mixes, sublayer in/out, qr, Engram rows.
+  const size_t across = hc * c.hidden_size * 4 + 2 * sizeof(MhcMix) + 2 * c.hidden_size * 4 +
+                        hc * 4 + c.q_lora_rank * 4 + 8 * c.n_hash_cols();
+  // The widest module: attention (q, o, kv, cos/sin, wo_a groups) or the MoE (logits, routing,
+  // accumulator, gathered rows, expert hidden).
+  const size_t attention = (2 * c.num_attention_heads * c.head_dim + 2 * c.head_dim +
+                            c.qk_rope_head_dim + 2 * c.o_groups * c.o_lora_rank) *
+                           4;
+  const size_t moe = (c.n_routed_experts + 4 * c.hidden_size + 2 * c.moe_intermediate_size) * 4 +
+                     16 * c.num_experts_per_tok;
+  return static_cast<size_t>(std::max(max_tokens, 1)) * (across + std::max(attention, moe));
+}
+
 Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache,
                              size_t logits_size) const {
   const int32_t num_tokens = batch.num_tokens();
@@ -126,40 +142,43 @@ Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache,
 }
 
 Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
-                          ThreadPool* pool, ForwardTrace* trace) const {
+                          ExecContext& ctx, ForwardTrace* trace) const {
   DSV41_RETURN_IF_ERROR(CheckBatch(batch, cache, logits_out.size()));
+  ArenaScope scope(ctx.arena);
+  StepArena& arena = ctx.arena;
+  ThreadPool* pool = &ctx.pool;
   const int64_t num_tokens = batch.num_tokens();
   const size_t dim = static_cast<size_t>(config_.hidden_size);
   const size_t hc = static_cast<size_t>(dims_.hc_mult);
   const size_t stream = hc * dim;
   const size_t num_requests = batch.requests.size();
 
-  std::vector<float> x(num_tokens * stream);  // the residual streams [T, hc, dim], bf16 values
+  // The residual streams [T, hc, dim], bf16 values.
+  std::span<float> x = arena.Alloc<float>(num_tokens * stream);
   DSV41_RETURN_IF_ERROR(EmbedTokens(head_, batch.token_ids, dims_.hc_mult, x));
-  std::vector<float> pi(num_tokens * hc, 0.0f);  // the incoming pre-mix [T, hc]
+  std::span<float> pi = arena.Alloc<float>(num_tokens * hc);  // the incoming pre-mix [T, hc]
   {
     const MhcMix initial = InitialPreMix(dims_.hc_mult);
     for (int64_t t = 0; t < num_tokens; ++t) {
       std::copy_n(initial.pre.begin(), hc, pi.begin() + t * hc);
     }
   }
-  std::vector<MhcMix> mix_attn(num_tokens);
-  std::vector<MhcMix> mix_ffn(num_tokens);
-  std::vector<float> sub_in(num_tokens * dim);
-  std::vector<float> sub_out(num_tokens * dim);
-  std::vector<float> pre(num_tokens * hc);
-  // Per-forward shared state (§7.10), per request.
+  std::span<MhcMix> mix_attn = arena.Alloc<MhcMix>(num_tokens);
+  std::span<MhcMix> mix_ffn = arena.Alloc<MhcMix>(num_tokens);
+  std::span<float> sub_in = arena.Alloc<float>(num_tokens * dim);
+  std::span<float> sub_out = arena.Alloc<float>(num_tokens * dim);
+  std::span<float> pre = arena.Alloc<float>(num_tokens * hc);
+  // Per-forward shared state (§7.10), per request (maps of per-layer lists, kept across layers).
   std::vector<IndexerForwardState> index_state(num_requests);
-  std::vector<float> qr(num_tokens * config_.q_lora_rank);
-  std::vector<CompressedSelection> selections;
+  std::span<float> qr = arena.Alloc<float>(num_tokens * config_.q_lora_rank);
+  std::span<CompressedSelection> selections = arena.Alloc<CompressedSelection>(num_requests);
   const size_t num_cols = static_cast<size_t>(config_.n_hash_cols());
   const size_t num_engram = config_.engram_layer_ids.size();
-  std::vector<int64_t> layer_rows;
+  std::span<int64_t> layer_rows = arena.Alloc<int64_t>(num_tokens * num_cols);
 
   for (const Layer& layer : layers_) {
     const LayerRole& role = layer.role;
     if (layer.engram) {  // §3: Engram fuses into the streams before the block.
-      layer_rows.resize(num_tokens * num_cols);
       for (int64_t t = 0; t < num_tokens; ++t) {
         const int64_t* src =
             batch.engram_rows.data() + (t * num_engram + *role.engram_slot) * num_cols;
@@ -171,25 +190,24 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
     ComputeMixRows(x, num_tokens, layer.hc_attn, dims_, mix_attn, pool);
     HcPreRows(x, pi, num_tokens, sub_in);
     RmsNormRows(sub_in, num_tokens, layer.attn_norm, norm_eps_, sub_in);
-    if (layer.compressor) layer.compressor->Forward(sub_in, batch.requests, cache, pool);
-    layer.attention->QueryLatent(sub_in, static_cast<int32_t>(num_tokens), qr, pool);
-    selections.clear();
+    if (layer.compressor) layer.compressor->Forward(sub_in, batch.requests, cache, ctx);
+    layer.attention->QueryLatent(sub_in, static_cast<int32_t>(num_tokens), qr, ctx);
     if (role.ratio > 0) {
       if (layer.indexer) {
-        layer.indexer->Forward(sub_in, qr, batch.requests, cache, index_state, pool);
+        layer.indexer->Forward(sub_in, qr, batch.requests, cache, index_state, ctx);
       }
-      for (const IndexerForwardState& state : index_state) {
-        selections.push_back(state.SelectionFor(role));
-      }
+      for (size_t i = 0; i < num_requests; ++i) selections[i] = index_state[i].SelectionFor(role);
     }
-    layer.attention->Forward(sub_in, qr, batch.requests, cache, selections, sub_out, pool);
+    layer.attention->Forward(sub_in, qr, batch.requests, cache,
+                             role.ratio > 0 ? selections : std::span<CompressedSelection>(),
+                             sub_out, ctx);
     if (trace) {
       trace->attn_in.insert(trace->attn_in.end(), sub_in.begin(), sub_in.end());
       trace->attn_out.insert(trace->attn_out.end(), sub_out.begin(), sub_out.end());
     }
     for (int64_t t = 0; t < num_tokens; ++t) {
-      const std::span<float> xt(x.data() + t * stream, stream);
-      HcPost(std::span<const float>(sub_out).subspan(t * dim, dim), xt, mix_attn[t], xt);
+      const std::span<float> xt = x.subspan(t * stream, stream);
+      HcPost(sub_out.subspan(t * dim, dim), xt, mix_attn[t], xt);
     }
     // FFN sublayer, collapsed with the attention's pre-mix.
     ComputeMixRows(x, num_tokens, layer.hc_ffn, dims_, mix_ffn, pool);
@@ -198,14 +216,14 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
     }
     HcPreRows(x, pre, num_tokens, sub_in);
     RmsNormRows(sub_in, num_tokens, layer.ffn_norm, norm_eps_, sub_in);
-    layer.moe->Forward(sub_in, num_tokens, sub_out, nullptr, pool);
+    layer.moe->Forward(sub_in, num_tokens, sub_out, nullptr, ctx);
     if (trace) {
       trace->ffn_in.insert(trace->ffn_in.end(), sub_in.begin(), sub_in.end());
       trace->ffn_out.insert(trace->ffn_out.end(), sub_out.begin(), sub_out.end());
     }
     for (int64_t t = 0; t < num_tokens; ++t) {
-      const std::span<float> xt(x.data() + t * stream, stream);
-      HcPost(std::span<const float>(sub_out).subspan(t * dim, dim), xt, mix_ffn[t], xt);
+      const std::span<float> xt = x.subspan(t * stream, stream);
+      HcPost(sub_out.subspan(t * dim, dim), xt, mix_ffn[t], xt);
       std::copy_n(mix_ffn[t].pre.begin(), hc, pi.begin() + t * hc);
     }
   }
@@ -213,14 +231,14 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
   // §3, §10: final collapse with the last FFN pre-mix, norm and head, for the rows that need it.
   const int64_t num_logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   if (num_logit_rows == 0) return Status();
-  std::vector<float> rows_x(num_logit_rows * stream);
-  std::vector<float> rows_pi(num_logit_rows * hc);
+  std::span<float> rows_x = arena.Alloc<float>(num_logit_rows * stream);
+  std::span<float> rows_pi = arena.Alloc<float>(num_logit_rows * hc);
   for (int64_t k = 0; k < num_logit_rows; ++k) {
     const int64_t t = batch.logit_rows[k];
     std::copy_n(x.begin() + t * stream, stream, rows_x.begin() + k * stream);
     std::copy_n(pi.begin() + t * hc, hc, rows_pi.begin() + k * hc);
   }
-  std::vector<float> hidden(num_logit_rows * dim);
+  std::span<float> hidden = arena.Alloc<float>(num_logit_rows * dim);
   FinalHidden(head_, dims_, rows_x, rows_pi, num_logit_rows, hidden);
   HeadLogits(head_, hidden, num_logit_rows, logits_out, pool);
   return Status();

@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "base/exec_context.h"
 #include "base/status.h"
 #include "model/attention.h"
 #include "model/batch.h"
@@ -54,6 +55,9 @@ class TextModel {
                                                  const TextModelOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
+  // A first size for the step arena of steps of up to `max_tokens` tokens: the largest
+  // per-token temporaries of one layer. The arena grows to its high-water mark if this is short.
+  size_t StepScratchBytes(int32_t max_tokens) const;
   const LayerPlan& plan() const { return plan_; }
   int32_t vocab_size() const { return config_.vocab_size; }
 
@@ -63,9 +67,10 @@ class TextModel {
   // InvalidArgument (naming the request, group or row) for a malformed batch, before any cache
   // row changes: rows not covering the tokens, a block table missing a block the step touches, a
   // cache laid out for another model, a token id outside the vocabulary, bad Engram rows.
-  // `pool` may be null.
+  // Temporaries come from ctx.arena (given back before returning); work is split over ctx.pool,
+  // whose thread count never changes a bit.
   Status Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
-                 ThreadPool* pool, ForwardTrace* trace = nullptr) const;
+                 ExecContext& ctx, ForwardTrace* trace = nullptr) const;
 
  private:
   struct Layer {

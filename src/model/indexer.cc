@@ -108,8 +108,11 @@ Result<std::unique_ptr<Indexer>> Indexer::Create(const ModelWeights& weights,
 
 void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
                       std::span<const BatchRequest> requests, const KvCacheView& cache,
-                      std::span<IndexerForwardState> states, ThreadPool* pool,
+                      std::span<IndexerForwardState> states, ExecContext& ctx,
                       IndexerDebug* debug) const {
+  ArenaScope scope(ctx.arena);
+  StepArena& arena = ctx.arena;
+  ThreadPool* pool = &ctx.pool;
   const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
   const int64_t num_heads = config_.index_n_heads;
   const int64_t head_dim = config_.index_head_dim;
@@ -129,50 +132,52 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
 
   // Step 1: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head; step 2: w = bf16(bf16(weights_proj
   // · x) · c). Both over every row of the step.
-  std::vector<float> qi(t_count * num_heads * head_dim);
+  std::span<float> qi = arena.Alloc<float>(t_count * num_heads * head_dim);
   LinearBf16(wq_b_, qr, t_count, qi, pool);
-  std::vector<float> w(t_count * num_heads);
+  std::span<float> w = arena.Alloc<float>(t_count * num_heads);
   LinearBf16(weights_proj_, x, t_count, w, pool);
   for (float& v : w) v = Bf16Round(v * weight_scale_);
   const int64_t half = rope_.rope_dim() / 2;
-  std::vector<float> cos(half);
-  std::vector<float> sin(half);
+  std::span<float> cos = arena.Alloc<float>(half);
+  std::span<float> sin = arena.Alloc<float>(half);
   for (const BatchRequest& r : requests) {
     for (int32_t t = 0; t < r.num_tokens; ++t) {
       rope_.Angles(r.start_pos + t, cos, sin);
       for (int64_t h = 0; h < num_heads; ++h) {
         std::span<float> head =
-            std::span<float>(qi).subspan(((r.first_row + t) * num_heads + h) * head_dim, head_dim);
+            qi.subspan(((r.first_row + t) * num_heads + h) * head_dim, head_dim);
         Rope::RotateWith(head, cos, sin, /*inverse=*/false);
         FakeQuantFq4B32Pow2(head);
       }
     }
   }
 
-  std::vector<float> keys;
-  std::vector<float> scores;
+  // Per-thread head terms, drawn before the parallel regions.
+  std::span<float> terms_of = arena.Alloc<float>(ctx.pool.num_threads() * num_heads);
   for (size_t i = 0; i < requests.size(); ++i) {
+    ArenaScope request_scope(arena);
     const BatchRequest& r = requests[i];
     const int64_t t_req = r.num_tokens;
     const int32_t start_pos = r.start_pos;
     // The index keys of every entry visible to the request's last token.
     const int32_t n = (start_pos + r.num_tokens) / ratio;
-    keys.resize(static_cast<size_t>(n) * head_dim);
+    std::span<float> keys = arena.Alloc<float>(static_cast<size_t>(n) * head_dim);
     const std::span<const uint32_t> table = r.block_tables[source.kv.group_idx];
     const int32_t rows_per_page = source.index.rows_per_page;
     for (int32_t e = 0; e < n; ++e) {
       DecodeIndexRow(cache.Row(source.index, BlockAt(table, e / rows_per_page), e % rows_per_page),
-                     std::span<float>(keys).subspan(static_cast<size_t>(e) * head_dim, head_dim));
+                     keys.subspan(static_cast<size_t>(e) * head_dim, head_dim));
     }
     const float* q_req = qi.data() + r.first_row * num_heads * head_dim;
     const float* w_req = w.data() + r.first_row * num_heads;
 
     // Steps 3–4: score[t, n] over the visible entries, −inf elsewhere. Items are (token, block of
     // kScoreEntryBlock entries); each score is computed by one item, so the split never matters.
-    scores.assign(t_req * static_cast<int64_t>(n), -kInf);
+    std::span<float> scores = arena.Alloc<float>(t_req * static_cast<int64_t>(n));
+    std::fill(scores.begin(), scores.end(), -kInf);
     const int64_t entry_blocks = (n + kScoreEntryBlock - 1) / kScoreEntryBlock;
-    auto score_items = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
-      std::vector<float> terms(num_heads);
+    auto score_items = [&](int64_t begin, int64_t end, int thread_idx) {
+      float* terms = terms_of.data() + static_cast<size_t>(thread_idx) * num_heads;
       for (int64_t item = begin; item < end; ++item) {
         const int64_t t = item / entry_blocks;
         const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
@@ -188,16 +193,12 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
             const float relu = dot > 0.0f ? dot : 0.0f;
             terms[h] = Bf16Round(w_req[t * num_heads + h] * relu);
           }
-          scores[t * n + e] = Bf16Round(
-              ExactSum(std::span<const float>(terms.data(), static_cast<size_t>(num_heads))));
+          scores[t * n + e] =
+              Bf16Round(ExactSum(std::span<const float>(terms, static_cast<size_t>(num_heads))));
         }
       }
     };
-    if (pool != nullptr) {
-      pool->ParallelFor(t_req * entry_blocks, 1, score_items);
-    } else {
-      score_items(0, t_req * entry_blocks, 0);
-    }
+    ctx.pool.ParallelFor(t_req * entry_blocks, 1, score_items);
 
     // Step 5: the candidate level.
     IndexerForwardState& state = states[i];
@@ -207,7 +208,7 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
       cand.mask.assign(t_req * static_cast<int64_t>(n), 0);
       for (int64_t t = 0; t < t_req; ++t) {
         const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
-        CandidateMask(std::span<const float>(scores).subspan(t * n, n), visible,
+        CandidateMask(std::span<const float>(scores.subspan(t * n, n)), visible,
                       config_.candidate_topk_blocks, config_.candidate_block_size,
                       std::span<uint8_t>(cand.mask).subspan(t * n, n));
       }
@@ -230,7 +231,7 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
     if (debug != nullptr) debug->tie.assign(t_req, 0);
     for (int64_t t = 0; t < t_req; ++t) {
       const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
-      std::span<const float> row = std::span<const float>(scores).subspan(t * n, visible);
+      std::span<const float> row = scores.subspan(t * n, visible);
       std::vector<int32_t> picks = TopKAscending(row, topk);
       std::copy(picks.begin(), picks.end(), out.entries.begin() + t * topk);
       if (debug != nullptr && topk < visible) {
@@ -249,7 +250,7 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
         debug->tie[t] = kth == next ? 1 : 0;
       }
     }
-    if (debug != nullptr) debug->scores = scores;
+    if (debug != nullptr) debug->scores.assign(scores.begin(), scores.end());
   }
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exec_context.h"
 #include "base/status.h"
 #include "kernels/linear.h"
 #include "model/attention.h"
@@ -80,7 +81,7 @@ struct IndexerDebug {
 
 // The indexer of one index-source layer (roles Full and Reindex). Immutable after Create (views
 // into the ModelWeights, which must outlive it); Forward is const. Engine thread only (Forward
-// uses `pool` for its parallel parts).
+// uses the context's pool and arena).
 class Indexer {
  public:
   // The indexer of backbone layer `layer` (weights `layers.<layer>.attn.indexer.*`, and the
@@ -103,7 +104,7 @@ class Indexer {
   // one-request step.
   void Forward(std::span<const float> x, std::span<const float> qr,
                std::span<const BatchRequest> requests, const KvCacheView& cache,
-               std::span<IndexerForwardState> states, ThreadPool* pool,
+               std::span<IndexerForwardState> states, ExecContext& ctx,
                IndexerDebug* debug = nullptr) const;
 
  private:

@@ -212,25 +212,25 @@ void StoreGoldenEntries(const CaseData& d, int32_t s, ContiguousKvCache& cache) 
 }
 
 // Runs kv source s's Compressor over attn_in[s] (one-shot prefill) into `cache`.
-void RunCompressor(const CaseData& d, int32_t s, ContiguousKvCache& cache, ThreadPool* pool) {
+void RunCompressor(const CaseData& d, int32_t s, ContiguousKvCache& cache, ExecContext& ctx) {
   const LayerRole& role = d.weights->plan().layers[s];
   Result<std::unique_ptr<Compressor>> comp =
       Compressor::Create(*d.weights, "layers." + std::to_string(s) + ".attn", role);
   EXPECT_TRUE(comp.ok()) << comp.status().ToString();
   if (!comp.ok()) std::abort();
   const BatchRequest request[] = {cache.Request(0, static_cast<int32_t>(d.t_count), 0)};
-  (*comp)->Forward(d.LayerInput(s), request, cache.view(), pool);
+  (*comp)->Forward(d.LayerInput(s), request, cache.view(), ctx);
 }
 
 // The layer's query latent (the attention's wq_a and q_norm, which the indexer shares).
 std::vector<float> QueryLatent(const ModelWeights& weights, int32_t l, std::span<const float> x,
-                               ThreadPool* pool) {
+                               ExecContext& ctx) {
   Result<std::unique_ptr<Attention>> attention = Attention::Create(weights, l);
   EXPECT_TRUE(attention.ok()) << attention.status().ToString();
   if (!attention.ok()) std::abort();
   const int64_t t = static_cast<int64_t>(x.size()) / weights.config().hidden_size;
   std::vector<float> qr(t * weights.config().q_lora_rank);
-  (*attention)->QueryLatent(x, static_cast<int32_t>(t), qr, pool);
+  (*attention)->QueryLatent(x, static_cast<int32_t>(t), qr, ctx);
   return qr;
 }
 
@@ -246,7 +246,8 @@ TEST_P(IndexerGoldenTest, ScoresTopKTiesAndCandidatesMatch) {
   const CaseData d = LoadCase(gc);
   const ModelConfig& c = d.weights->config();
   const int64_t t = d.t_count;
-  ThreadPool pool(2);
+  OwnedExecContext exec(2);
+  ExecContext& ctx = exec.ctx;
   ContiguousKvCache cache = NewCache(d);
   std::map<int32_t, bool> stored;  // kv sources whose golden entries are in the cache
   const BatchRequest request[] = {cache.Request(0, static_cast<int32_t>(t), 0)};
@@ -262,9 +263,9 @@ TEST_P(IndexerGoldenTest, ScoresTopKTiesAndCandidatesMatch) {
     stored[s] = true;
     Result<std::unique_ptr<Indexer>> ix = Indexer::Create(*d.weights, l);
     ASSERT_TRUE(ix.ok()) << ix.status().ToString();
-    const std::vector<float> qr = QueryLatent(*d.weights, l, d.LayerInput(l), &pool);
+    const std::vector<float> qr = QueryLatent(*d.weights, l, d.LayerInput(l), ctx);
     IndexerDebug debug;
-    (*ix)->Forward(d.LayerInput(l), qr, request, cache.view(), states, &pool, &debug);
+    (*ix)->Forward(d.LayerInput(l), qr, request, cache.view(), states, ctx, &debug);
 
     const std::string suffix = "_L" + std::to_string(l) + ".npy";
     const NpyArray scores_npy = ReadGolden(d.dir + "/indexer_scores" + suffix);
@@ -336,7 +337,8 @@ TEST_P(IndexerGoldenTest, AttentionOnTheIndexerSelectionMatchesAttnOut) {
   const int64_t t = d.t_count;
   const int64_t hidden = c.hidden_size;
   const std::vector<float> want_out = ReadGolden(d.dir + "/attn_out.npy").ToFloat();
-  ThreadPool pool(2);
+  OwnedExecContext exec(2);
+  ExecContext& ctx = exec.ctx;
   ContiguousKvCache cache = NewCache(d);
   std::map<int32_t, bool> compressed;
   const BatchRequest request[] = {cache.Request(0, static_cast<int32_t>(t), 0)};
@@ -349,7 +351,7 @@ TEST_P(IndexerGoldenTest, AttentionOnTheIndexerSelectionMatchesAttnOut) {
     const int32_t l = role.layer;
     const int32_t s = *role.kv_source_layer;
     if (!compressed[s]) {
-      RunCompressor(d, s, cache, &pool);
+      RunCompressor(d, s, cache, ctx);
       compressed[s] = true;
       ContiguousKvCache golden = NewCache(d);
       StoreGoldenEntries(d, s, golden);
@@ -360,8 +362,8 @@ TEST_P(IndexerGoldenTest, AttentionOnTheIndexerSelectionMatchesAttnOut) {
     if (role.is_index_source) {
       Result<std::unique_ptr<Indexer>> ix = Indexer::Create(*d.weights, l);
       ASSERT_TRUE(ix.ok()) << ix.status().ToString();
-      const std::vector<float> qr = QueryLatent(*d.weights, l, d.LayerInput(l), &pool);
-      (*ix)->Forward(d.LayerInput(l), qr, request, cache.view(), states, &pool);
+      const std::vector<float> qr = QueryLatent(*d.weights, l, d.LayerInput(l), ctx);
+      (*ix)->Forward(d.LayerInput(l), qr, request, cache.view(), states, ctx);
       const std::vector<int64_t> want_topk =
           ReadGolden(d.dir + "/indexer_topk_L" + std::to_string(l) + ".npy").ToInt64();
       const IndexerForwardState::TopK& got = state.topk.at(l);
@@ -377,9 +379,9 @@ TEST_P(IndexerGoldenTest, AttentionOnTheIndexerSelectionMatchesAttnOut) {
     ASSERT_TRUE(attention.ok()) << attention.status().ToString();
     const CompressedSelection selection[] = {state.SelectionFor(role)};
     std::vector<float> qr(t * c.q_lora_rank);
-    (*attention)->QueryLatent(d.LayerInput(l), static_cast<int32_t>(t), qr, &pool);
+    (*attention)->QueryLatent(d.LayerInput(l), static_cast<int32_t>(t), qr, ctx);
     std::vector<float> out(t * hidden);
-    (*attention)->Forward(d.LayerInput(l), qr, request, cache.view(), selection, out, &pool);
+    (*attention)->Forward(d.LayerInput(l), qr, request, cache.view(), selection, out, ctx);
     double max_err = 0;
     for (int64_t p = 0; p < t; ++p) {
       if (!d.stable[p]) continue;
@@ -413,11 +415,12 @@ TEST(IndexerTest, ChunksDecodeAndThreadCountsSelectLikeOneShotPrefill) {
   const ModelConfig& c = d.weights->config();
   const int64_t hidden = c.hidden_size;
   const int64_t t = d.t_count;
-  ThreadPool pool(2);
+  OwnedExecContext exec(2);
+  ExecContext& ctx = exec.ctx;
 
   // Runs every kv source's compressor and every index source over the given chunks; returns the
   // concatenated top-k lists per index source.
-  auto run = [&](const std::vector<int64_t>& chunks, ThreadPool* run_pool) {
+  auto run = [&](const std::vector<int64_t>& chunks, ExecContext& run_ctx) {
     std::map<int32_t, std::unique_ptr<Compressor>> compressors;
     std::map<int32_t, std::unique_ptr<Attention>> attentions;
     std::map<int32_t, std::unique_ptr<Indexer>> indexers;
@@ -448,12 +451,12 @@ TEST(IndexerTest, ChunksDecodeAndThreadCountsSelectLikeOneShotPrefill) {
         const int32_t l = role.layer;
         std::span<const float> x = d.LayerInput(l).subspan(begin * hidden, n * hidden);
         if (role.is_kv_source) {
-          compressors.at(l)->Forward(x, request, cache.view(), run_pool);
+          compressors.at(l)->Forward(x, request, cache.view(), run_ctx);
         }
         if (role.is_index_source) {
           std::vector<float> qr(n * c.q_lora_rank);
-          attentions.at(l)->QueryLatent(x, static_cast<int32_t>(n), qr, run_pool);
-          indexers.at(l)->Forward(x, qr, request, cache.view(), states, run_pool);
+          attentions.at(l)->QueryLatent(x, static_cast<int32_t>(n), qr, run_ctx);
+          indexers.at(l)->Forward(x, qr, request, cache.view(), states, run_ctx);
           const std::vector<int32_t>& e = states[0].topk.at(l).entries;
           all_topk[l].insert(all_topk[l].end(), e.begin(), e.end());
         }
@@ -463,14 +466,15 @@ TEST(IndexerTest, ChunksDecodeAndThreadCountsSelectLikeOneShotPrefill) {
     EXPECT_EQ(begin, t);
     return all_topk;
   };
-  const auto one_shot = run({t}, &pool);
+  const auto one_shot = run({t}, ctx);
   std::vector<int64_t> chunked = {37, 1, 1, 20};  // then one-token decode steps to the end
   for (int64_t p = 59; p < t; ++p) chunked.push_back(1);
-  const auto chunks = run(chunked, &pool);
+  const auto chunks = run(chunked, ctx);
   ASSERT_EQ(one_shot.size(), 4u);
   EXPECT_EQ(chunks, one_shot);
   // One thread (no pool) gives the same lists as two.
-  EXPECT_EQ(run({t}, nullptr), one_shot);
+  OwnedExecContext serial(1);
+  EXPECT_EQ(run({t}, serial.ctx), one_shot);
 }
 
 TEST(IndexerTest, CreateRejectsALayerThatIsNotAnIndexSource) {

@@ -159,10 +159,12 @@ void Moe::Product(const LinearWeight& w, std::span<const float> x, int64_t rows,
 
 void Moe::RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
                     std::span<const float> row_weights, std::span<float> out,
-                    ThreadPool* pool) const {
+                    ExecContext& ctx) const {
+  ArenaScope scope(ctx.arena);
+  ThreadPool* pool = &ctx.pool;
   const size_t n = static_cast<size_t>(rows * intermediate_size_);
-  std::vector<float> g(n);
-  std::vector<float> u(n);
+  std::span<float> g = ctx.arena.Alloc<float>(n);
+  std::span<float> u = ctx.arena.Alloc<float>(n);
   // §12.4: w1/w3 outputs are bf16; §12.5: the SwiGLU product is rounded to bf16 before w2.
   Product(expert.w1, xs, rows, g, pool);
   Product(expert.w3, xs, rows, u, pool);
@@ -179,7 +181,10 @@ void Moe::RunExpert(const Expert& expert, std::span<const float> xs, int64_t row
 }
 
 void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
-                  MoeRouting* routing, ThreadPool* pool, std::span<const uint8_t> in_image) const {
+                  MoeRouting* routing, ExecContext& ctx, std::span<const uint8_t> in_image) const {
+  ArenaScope scope(ctx.arena);
+  StepArena& arena = ctx.arena;
+  ThreadPool* pool = &ctx.pool;
   const int64_t hidden = hidden_size_;
   const int64_t num_experts = static_cast<int64_t>(experts_.size());
   const int32_t k = router_.top_k;
@@ -191,58 +196,54 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
               static_cast<long long>(num_tokens));
 
   // §8 Gate: fp32 logits of the bf16-valued input against the fp32 (bf16-stored) gate weight.
-  std::vector<float> logits(static_cast<size_t>(num_tokens * num_experts));
+  std::span<float> logits = arena.Alloc<float>(static_cast<size_t>(num_tokens * num_experts));
   Product(gate_, x, num_tokens, logits, pool);  // bf16/f32 gate: no quantisation
-  std::vector<int32_t> chosen(static_cast<size_t>(num_tokens * k));
-  std::vector<float> chosen_weights(chosen.size());
+  std::span<int32_t> chosen = arena.Alloc<int32_t>(static_cast<size_t>(num_tokens * k));
+  std::span<float> chosen_weights = arena.Alloc<float>(chosen.size());
   for (int64_t t = 0; t < num_tokens; ++t) {
     const bool image = !in_image.empty() && in_image[static_cast<size_t>(t)] != 0;
-    RouteToken(std::span<const float>(logits).subspan(t * num_experts, num_experts),
-               image ? bias_vl_ : bias_, router_, std::span<int32_t>(chosen).subspan(t * k, k),
-               std::span<float>(chosen_weights).subspan(t * k, k));
+    RouteToken(logits.subspan(t * num_experts, num_experts), image ? bias_vl_ : bias_, router_,
+               chosen.subspan(t * k, k), chosen_weights.subspan(t * k, k));
   }
 
   // Each expert runs once on the tokens routed to it; its bf16 outputs are added into a zero fp32
   // accumulator in increasing expert id (§12.8 item 3), then the shared expert's.
-  std::vector<float> acc(static_cast<size_t>(num_tokens * hidden), 0.0f);
-  std::vector<int64_t> rows_of;
-  std::vector<float> row_weights;
-  std::vector<float> xs;
-  std::vector<float> out;
+  std::span<float> acc = arena.AllocZeroed<float>(static_cast<size_t>(num_tokens * hidden));
+  // A token routes to an expert at most once, so no expert has more than num_tokens rows.
+  std::span<int64_t> rows_of = arena.Alloc<int64_t>(num_tokens);
+  std::span<float> row_weights = arena.Alloc<float>(num_tokens);
+  std::span<float> xs = arena.Alloc<float>(static_cast<size_t>(num_tokens * hidden));
+  std::span<float> out = arena.Alloc<float>(static_cast<size_t>(num_tokens * hidden));
   for (int64_t e = 0; e < num_experts; ++e) {
-    rows_of.clear();
-    row_weights.clear();
+    int64_t rows = 0;
     for (int64_t t = 0; t < num_tokens; ++t) {
       for (int32_t s = 0; s < k; ++s) {
         if (chosen[static_cast<size_t>(t * k + s)] == e) {
-          rows_of.push_back(t);
-          row_weights.push_back(chosen_weights[static_cast<size_t>(t * k + s)]);
+          rows_of[rows] = t;
+          row_weights[rows++] = chosen_weights[static_cast<size_t>(t * k + s)];
         }
       }
     }
-    if (rows_of.empty()) continue;
-    const int64_t rows = static_cast<int64_t>(rows_of.size());
-    xs.resize(static_cast<size_t>(rows * hidden));
+    if (rows == 0) continue;
     for (int64_t r = 0; r < rows; ++r) {
       std::copy_n(x.begin() + rows_of[static_cast<size_t>(r)] * hidden, hidden,
                   xs.begin() + r * hidden);
     }
-    out.resize(xs.size());
-    RunExpert(experts_[static_cast<size_t>(e)], xs, rows, row_weights, out, pool);
+    RunExpert(experts_[static_cast<size_t>(e)], xs.first(rows * hidden), rows,
+              row_weights.first(rows), out.first(rows * hidden), ctx);
     for (int64_t r = 0; r < rows; ++r) {
       float* dst = acc.data() + rows_of[static_cast<size_t>(r)] * hidden;
       const float* src = out.data() + r * hidden;
       for (int64_t d = 0; d < hidden; ++d) dst[d] = dst[d] + src[d];
     }
   }
-  out.resize(x.size());
-  RunExpert(shared_, x, num_tokens, {}, out, pool);
+  RunExpert(shared_, x, num_tokens, {}, out, ctx);
   for (size_t i = 0; i < acc.size(); ++i) y[i] = Bf16Round(acc[i] + out[i]);
 
   if (routing != nullptr) {
     routing->top_k = k;
-    routing->experts = std::move(chosen);
-    routing->weights = std::move(chosen_weights);
+    routing->experts.assign(chosen.begin(), chosen.end());
+    routing->weights.assign(chosen_weights.begin(), chosen_weights.end());
   }
 }
 

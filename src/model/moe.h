@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/exec_context.h"
 #include "base/status.h"
 #include "kernels/linear.h"
 #include "model/config.h"
@@ -67,10 +68,10 @@ class Moe {
 
   // y = MoE(x) for `num_tokens` rows. x: [T, hidden] holding bf16 values (the ffn_norm output);
   // y: [T, hidden] bf16 values. `in_image` is empty (text) or [T], nonzero where the token lies
-  // inside an image span (the router then selects with bias_vl). `routing` may be null. `pool`
-  // may be null (single-threaded); results do not depend on it.
+  // inside an image span (the router then selects with bias_vl). `routing` may be null. Results
+  // do not depend on the pool's thread count.
   void Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
-               MoeRouting* routing, ThreadPool* pool, std::span<const uint8_t> in_image = {}) const;
+               MoeRouting* routing, ExecContext& ctx, std::span<const uint8_t> in_image = {}) const;
 
   int32_t num_experts() const { return static_cast<int32_t>(experts_.size()); }
   int32_t top_k() const { return router_.top_k; }
@@ -87,7 +88,7 @@ class Moe {
   // Runs `expert` on `rows` inputs xs [rows, hidden] (bf16 values) with per-row routing weights
   // (empty: the shared expert, no weight) into out [rows, hidden] (bf16 values).
   void RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
-                 std::span<const float> row_weights, std::span<float> out, ThreadPool* pool) const;
+                 std::span<const float> row_weights, std::span<float> out, ExecContext& ctx) const;
 
   // y = w · x through Linear or LinearRef (options_.reference_linear), activation quantisation as
   // the weight's format requires.

@@ -153,7 +153,8 @@ TEST(MoeTest, DsparkStageUsesItsOwnExpertCountAndTopK) {
   const std::vector<float> x = Bf16Inputs(rows, stage->hidden_size());
   std::vector<float> y(x.size());
   MoeRouting routing;
-  stage->Forward(x, rows, y, &routing, nullptr);
+  OwnedExecContext serial(1);
+  stage->Forward(x, rows, y, &routing, serial.ctx);
   ASSERT_EQ(routing.experts.size(), 6u);
   for (int32_t e : routing.experts) {
     EXPECT_GE(e, 0);
@@ -179,9 +180,10 @@ TEST(MoeTest, OneAndTwoThreadsGiveEqualBits) {
   const std::vector<float> x = Bf16Inputs(rows, moe->hidden_size());
   std::vector<float> alone(x.size());
   std::vector<float> pooled(x.size());
-  moe->Forward(x, rows, alone, nullptr, nullptr);
-  ThreadPool pool(2);
-  moe->Forward(x, rows, pooled, nullptr, &pool);
+  OwnedExecContext serial(1);
+  moe->Forward(x, rows, alone, nullptr, serial.ctx);
+  OwnedExecContext two(2);
+  moe->Forward(x, rows, pooled, nullptr, two.ctx);
   EXPECT_EQ(alone, pooled);
 }
 
@@ -198,7 +200,8 @@ TEST(MoeTest, ImageTokensSelectWithBiasVl) {
   both.insert(both.end(), x.begin(), x.begin() + moe->hidden_size());
   const std::vector<uint8_t> in_image = {0, 1};
   MoeRouting routing;
-  moe->Forward(both, rows, y, &routing, nullptr, in_image);
+  OwnedExecContext serial(1);
+  moe->Forward(both, rows, y, &routing, serial.ctx, in_image);
   // Recompute the image token's choice by hand from the gate and bias_vl.
   Result<TensorView> gate = weights->Get("layers.0.ffn.gate.weight");
   Result<TensorView> bias_vl = weights->Get("layers.0.ffn.gate.bias_vl");
@@ -270,7 +273,7 @@ TEST_P(MoeGoldenTest, MatchesFfnOutAtStablePositions) {
   ASSERT_EQ(stability.size(), static_cast<size_t>(num_tokens));
   const int64_t k = experts_shape.at(2);
 
-  ThreadPool pool(2);
+  OwnedExecContext exec(2);
   int64_t stable_rows = 0;
   int64_t exact_rows = 0;
   int64_t all_exact_rows = 0;
@@ -285,7 +288,7 @@ TEST_P(MoeGoldenTest, MatchesFfnOutAtStablePositions) {
     std::span<const float> x(ffn_in.data() + offset, static_cast<size_t>(num_tokens * hidden));
     std::vector<float> y(x.size());
     MoeRouting routing;
-    moe->Forward(x, num_tokens, y, &routing, &pool);
+    moe->Forward(x, num_tokens, y, &routing, exec.ctx);
     for (int64_t t = 0; t < num_tokens; ++t) {
       // Every position is measured; only stable ones (README: stability_gemm32 <= 1e-4) must match.
       const bool stable = stability[static_cast<size_t>(t)] <= 1e-4f;

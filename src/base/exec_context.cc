@@ -1,0 +1,60 @@
+#include "base/exec_context.h"
+
+#include <algorithm>
+
+namespace dsv41 {
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr size_t kMinBlockBytes = size_t{1} << 20;
+
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+StepArena::StepArena(size_t initial_bytes) {
+  if (initial_bytes > 0) {
+    blocks_.push_back(
+        Block{std::make_unique_for_overwrite<std::byte[]>(AlignUp(initial_bytes) + kAlign),
+              AlignUp(initial_bytes)});
+  }
+}
+
+void* StepArena::AllocBytes(size_t bytes) {
+  bytes = AlignUp(std::max<size_t>(bytes, 1));
+  while (top_.block < blocks_.size()) {
+    Block& b = blocks_[top_.block];
+    if (top_.offset + bytes <= b.size) break;
+    ++top_.block;  // the rest of this block stays unused until the scope ends
+    top_.offset = 0;
+  }
+  if (top_.block == blocks_.size()) {
+    const size_t size = std::max(bytes, kMinBlockBytes);
+    blocks_.push_back(Block{std::make_unique_for_overwrite<std::byte[]>(size + kAlign), size});
+    ++num_growths_;
+  }
+  Block& b = blocks_[top_.block];
+  auto base = reinterpret_cast<uintptr_t>(b.bytes.get());
+  void* p = reinterpret_cast<void*>(AlignUp(base) + top_.offset);
+  top_.offset += bytes;
+  top_.used += bytes;
+  high_water_ = std::max(high_water_, top_.used);
+  return p;
+}
+
+void StepArena::Reset() {
+  top_ = Mark{};
+  if (blocks_.size() > 1) {  // merge into one block of the high-water size
+    blocks_.clear();
+    blocks_.push_back(
+        Block{std::make_unique_for_overwrite<std::byte[]>(high_water_ + kAlign), high_water_});
+  }
+}
+
+size_t StepArena::capacity_bytes() const {
+  size_t total = 0;
+  for (const Block& b : blocks_) total += b.size;
+  return total;
+}
+
+}  // namespace dsv41

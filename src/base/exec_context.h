@@ -1,0 +1,102 @@
+#pragma once
+
+// The execution context passed down the forward (DESIGN.md "One execution context"): the compute
+// thread pool and the per-step scratch arena. One per engine, made where the engine is; modules
+// take it by reference instead of a nullable pool, and draw their temporaries from the arena
+// instead of allocating per call.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "base/thread_pool.h"
+
+namespace dsv41 {
+
+// Scratch memory of one step: a stack of 64-byte-aligned spans over blocks allocated up front.
+// A module opens an ArenaScope, takes what it needs, and the scope's end gives it back, so a
+// step needs the deepest nesting of one layer, not the sum of all layers. When a step needs more
+// than the arena holds, a further block is added; Reset (between steps) then merges everything
+// into one block of the high-water size, so a steady workload stops allocating after its first
+// steps. Engine thread only (never from inside a ParallelFor body).
+class StepArena {
+ public:
+  explicit StepArena(size_t initial_bytes = 0);
+  StepArena(const StepArena&) = delete;
+  StepArena& operator=(const StepArena&) = delete;
+
+  // `n` uninitialised elements of a trivial type T, 64-byte aligned, valid until the enclosing
+  // ArenaScope ends (or Reset).
+  template <typename T>
+  std::span<T> Alloc(size_t n) {
+    static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
+    return std::span<T>(static_cast<T*>(AllocBytes(n * sizeof(T))), n);
+  }
+  // The same, zero-filled.
+  template <typename T>
+  std::span<T> AllocZeroed(size_t n) {
+    std::span<T> s = Alloc<T>(n);
+    std::fill(s.begin(), s.end(), T{});
+    return s;
+  }
+
+  // Everything handed out is dead; grows the first block to the high-water mark if the last steps
+  // needed more.
+  void Reset();
+
+  size_t capacity_bytes() const;
+  size_t high_water_bytes() const { return high_water_; }
+  uint64_t num_growths() const { return num_growths_; }
+
+ private:
+  friend class ArenaScope;
+  struct Block {
+    std::unique_ptr<std::byte[]> bytes;
+    size_t size = 0;
+  };
+  struct Mark {
+    size_t block = 0;
+    size_t offset = 0;
+    size_t used = 0;  // bytes handed out before the mark, over all blocks
+  };
+  void* AllocBytes(size_t bytes);
+
+  std::vector<Block> blocks_;
+  Mark top_;
+  size_t high_water_ = 0;
+  uint64_t num_growths_ = 0;
+};
+
+// Gives back, at its end, everything taken from the arena since its start.
+class ArenaScope {
+ public:
+  explicit ArenaScope(StepArena& arena) : arena_(arena), mark_(arena.top_) {}
+  ~ArenaScope() { arena_.top_ = mark_; }
+  ArenaScope(const ArenaScope&) = delete;
+  ArenaScope& operator=(const ArenaScope&) = delete;
+
+ private:
+  StepArena& arena_;
+  StepArena::Mark mark_;
+};
+
+// What every forward function receives. The pool runs one ParallelFor at a time; the arena is
+// the engine thread's.
+struct ExecContext {
+  ThreadPool& pool;
+  StepArena& arena;
+};
+
+// A pool and an arena of their own, for tests and one-off callers.
+struct OwnedExecContext {
+  explicit OwnedExecContext(int num_threads = 1) : pool(num_threads), ctx{pool, arena} {}
+  ThreadPool pool;
+  StepArena arena;
+  ExecContext ctx;
+};
+
+}  // namespace dsv41
