@@ -158,13 +158,8 @@ void Moe::Product(const LinearWeight& w, std::span<const float> x, int64_t rows,
 }
 
 void Moe::RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
-                    std::span<const float> row_weights, std::span<float> out,
-                    ExecContext& ctx) const {
-  ArenaScope scope(ctx.arena);
-  ThreadPool* pool = &ctx.pool;
-  const size_t n = static_cast<size_t>(rows * intermediate_size_);
-  std::span<float> g = ctx.arena.Alloc<float>(n);
-  std::span<float> u = ctx.arena.Alloc<float>(n);
+                    std::span<const float> row_weights, std::span<float> out, std::span<float> g,
+                    std::span<float> u, ThreadPool* pool) const {
   // §12.4: w1/w3 outputs are bf16; §12.5: the SwiGLU product is rounded to bf16 before w2.
   Product(expert.w1, xs, rows, g, pool);
   Product(expert.w3, xs, rows, u, pool);
@@ -208,37 +203,74 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
 
   // Each expert runs once on the tokens routed to it; its bf16 outputs are added into a zero fp32
   // accumulator in increasing expert id (§12.8 item 3), then the shared expert's.
-  std::span<float> acc = arena.AllocZeroed<float>(static_cast<size_t>(num_tokens * hidden));
-  // A token routes to an expert at most once, so no expert has more than num_tokens rows.
-  std::span<int64_t> rows_of = arena.Alloc<int64_t>(num_tokens);
-  std::span<float> row_weights = arena.Alloc<float>(num_tokens);
-  std::span<float> xs = arena.Alloc<float>(static_cast<size_t>(num_tokens * hidden));
-  std::span<float> out = arena.Alloc<float>(static_cast<size_t>(num_tokens * hidden));
-  for (int64_t e = 0; e < num_experts; ++e) {
-    int64_t rows = 0;
+  // Every (token, slot) assignment grouped by expert in increasing id, tokens ascending: expert e
+  // owns assignments first_of[e] .. first_of[e + 1] − 1.
+  const int64_t num_assigned = num_tokens * k;
+  std::span<int64_t> first_of = arena.AllocZeroed<int64_t>(num_experts + 1);
+  for (int32_t e : chosen) ++first_of[e + 1];
+  for (int64_t e = 0; e < num_experts; ++e) first_of[e + 1] += first_of[e];
+  std::span<int64_t> token_of = arena.Alloc<int64_t>(num_assigned);
+  std::span<float> weight_of = arena.Alloc<float>(num_assigned);
+  {
+    std::span<int64_t> next = arena.Alloc<int64_t>(num_experts);
+    std::copy_n(first_of.begin(), num_experts, next.begin());
     for (int64_t t = 0; t < num_tokens; ++t) {
       for (int32_t s = 0; s < k; ++s) {
-        if (chosen[static_cast<size_t>(t * k + s)] == e) {
-          rows_of[rows] = t;
-          row_weights[rows++] = chosen_weights[static_cast<size_t>(t * k + s)];
-        }
+        const int64_t slot = next[chosen[static_cast<size_t>(t * k + s)]]++;
+        token_of[slot] = t;
+        weight_of[slot] = chosen_weights[static_cast<size_t>(t * k + s)];
       }
     }
-    if (rows == 0) continue;
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(x.begin() + rows_of[static_cast<size_t>(r)] * hidden, hidden,
-                  xs.begin() + r * hidden);
-    }
-    RunExpert(experts_[static_cast<size_t>(e)], xs.first(rows * hidden), rows,
-              row_weights.first(rows), out.first(rows * hidden), ctx);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* dst = acc.data() + rows_of[static_cast<size_t>(r)] * hidden;
-      const float* src = out.data() + r * hidden;
-      for (int64_t d = 0; d < hidden; ++d) dst[d] = dst[d] + src[d];
-    }
   }
-  RunExpert(shared_, x, num_tokens, {}, out, ctx);
-  for (size_t i = 0; i < acc.size(); ++i) y[i] = Bf16Round(acc[i] + out[i]);
+  std::span<int32_t> active = arena.Alloc<int32_t>(num_experts);
+  int64_t num_active = 0;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (first_of[e + 1] > first_of[e]) active[num_active++] = static_cast<int32_t>(e);
+  }
+
+  // Gathered inputs, outputs and hidden activations of every assignment, drawn before any
+  // parallel region: expert e uses rows first_of[e] .. of each.
+  const int64_t inter = intermediate_size_;
+  std::span<float> xs = arena.Alloc<float>(static_cast<size_t>(num_assigned * hidden));
+  std::span<float> outs = arena.Alloc<float>(static_cast<size_t>(num_assigned * hidden));
+  std::span<float> gs = arena.Alloc<float>(static_cast<size_t>(num_assigned * inter));
+  std::span<float> us = arena.Alloc<float>(static_cast<size_t>(num_assigned * inter));
+  for (int64_t a = 0; a < num_assigned; ++a) {
+    std::copy_n(x.begin() + token_of[a] * hidden, hidden, xs.begin() + a * hidden);
+  }
+  auto run_expert = [&](int64_t e, ThreadPool* expert_pool) {
+    const int64_t first = first_of[e];
+    const int64_t rows = first_of[e + 1] - first;
+    RunExpert(experts_[static_cast<size_t>(e)], xs.subspan(first * hidden, rows * hidden), rows,
+              weight_of.subspan(first, rows), outs.subspan(first * hidden, rows * hidden),
+              gs.subspan(first * inter, rows * inter), us.subspan(first * inter, rows * inter),
+              expert_pool);
+  };
+  // With many experts active (several tokens in a step), each thread runs whole experts alone:
+  // one fork-join per layer instead of three per expert. With few, each expert's products are
+  // split across the threads. Linear gives the same bits either way.
+  const int num_threads = ctx.pool.num_threads();
+  if (num_threads > 1 && num_active >= 2 * num_threads) {
+    ctx.pool.ParallelFor(num_active, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+      for (int64_t i = begin; i < end; ++i) run_expert(active[i], nullptr);
+    });
+  } else {
+    for (int64_t i = 0; i < num_active; ++i) run_expert(active[i], pool);
+  }
+
+  // The bf16 expert outputs are added into a zero fp32 accumulator in increasing expert id
+  // (§12.8 item 3), then the shared expert's.
+  std::span<float> acc = arena.AllocZeroed<float>(static_cast<size_t>(num_tokens * hidden));
+  for (int64_t a = 0; a < num_assigned; ++a) {
+    float* dst = acc.data() + token_of[a] * hidden;
+    const float* src = outs.data() + a * hidden;
+    for (int64_t d = 0; d < hidden; ++d) dst[d] = dst[d] + src[d];
+  }
+  std::span<float> shared_out = arena.Alloc<float>(static_cast<size_t>(num_tokens * hidden));
+  RunExpert(shared_, x, num_tokens, {}, shared_out,
+            arena.Alloc<float>(static_cast<size_t>(num_tokens * inter)),
+            arena.Alloc<float>(static_cast<size_t>(num_tokens * inter)), pool);
+  for (size_t i = 0; i < acc.size(); ++i) y[i] = Bf16Round(acc[i] + shared_out[i]);
 
   if (routing != nullptr) {
     routing->top_k = k;

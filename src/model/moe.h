@@ -86,9 +86,11 @@ class Moe {
   Moe() = default;
 
   // Runs `expert` on `rows` inputs xs [rows, hidden] (bf16 values) with per-row routing weights
-  // (empty: the shared expert, no weight) into out [rows, hidden] (bf16 values).
+  // (empty: the shared expert, no weight) into out [rows, hidden] (bf16 values); g and u hold
+  // [rows, moe_intermediate_size] scratch. `pool` null: this thread alone.
   void RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
-                 std::span<const float> row_weights, std::span<float> out, ExecContext& ctx) const;
+                 std::span<const float> row_weights, std::span<float> out, std::span<float> g,
+                 std::span<float> u, ThreadPool* pool) const;
 
   // y = w · x through Linear or LinearRef (options_.reference_linear), activation quantisation as
   // the weight's format requires.
