@@ -189,7 +189,6 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
   const int64_t half = config_.qk_rope_head_dim / 2;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const KvCacheLayout& layout = *cache.layout;
-  const int32_t block_tokens = layout.block_tokens;
   const KvRowPlace& swa = layout.swa[role_.layer];
   DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden &&
                   static_cast<int64_t>(out.size()) == t_count * hidden &&
@@ -242,8 +241,7 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
       RmsNorm(values, kv_norm_, eps, values);
       Rope::RotateWith(values, cos_of(row), sin_of(row), /*inverse=*/false);
       FakeQuantFq8B32(values);
-      EncodeSwaRow(layout.profile, values,
-                   cache.Row(swa, BlockAt(table, pos / block_tokens), pos % block_tokens));
+      EncodeSwaRow(layout.profile, values, cache.RowAt(swa, table, pos));
     }
   }
 
@@ -269,7 +267,7 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
     const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
     for (int32_t p = k.window_begin; p < end; ++p) {
       DecodeSwaRow(
-          layout.profile, cache.Row(swa, BlockAt(table, p / block_tokens), p % block_tokens),
+          layout.profile, cache.RowAt(swa, table, p),
           k.window_rows.subspan(static_cast<size_t>(p - k.window_begin) * head_dim, head_dim));
     }
     if (source == nullptr) continue;
@@ -284,14 +282,12 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
     k.entries = arena.Alloc<float>(
         static_cast<size_t>(std::min<int64_t>(num_entries, sel.entries.size())) * head_dim);
     const std::span<const uint32_t> kv_table = r.block_tables[source->kv.group_idx];
-    const int32_t rows_per_page = source->kv.rows_per_page;
     int32_t num_selected = 0;
     for (int32_t e : sel.entries) {
       if (e < 0 || k.entry_index[e] >= 0) continue;
       DSV41_CHECK(e < num_entries, "entry %d of %d", e, num_entries);
       k.entry_index[e] = num_selected++;
-      DecodeKvRow(layout.profile,
-                  cache.Row(source->kv, BlockAt(kv_table, e / rows_per_page), e % rows_per_page),
+      DecodeKvRow(layout.profile, cache.RowAt(source->kv, kv_table, e),
                   k.entries.subspan(static_cast<size_t>(num_selected - 1) * head_dim, head_dim));
     }
   }

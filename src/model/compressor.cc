@@ -146,14 +146,12 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
     RmsNorm(key, k_norm_, eps, key);
     Rope::RotateWith(key, cos, sin, /*inverse=*/false);
     FakeQuantFq4B32Pow2(key);
-    const int32_t rows_per_page = places.index.rows_per_page;
-    const uint32_t block = BlockAt(tables[places.kv.group_idx], entry / rows_per_page);
-    EncodeIndexRow(key, cache.Row(places.index, block, entry % rows_per_page),
-                   places.index.row_bytes);
+    const std::span<const uint32_t> table = tables[places.kv.group_idx];
+    EncodeIndexRow(key, cache.RowAt(places.index, table, entry), places.index.row_bytes);
     std::span<float> latent = latents.subspan(c * head_dim, head_dim);
     Rope::RotateWith(latent, cos, sin, /*inverse=*/false);
     FakeQuantFq4B16E4m3(latent);
-    EncodeKvRow(layout.profile, latent, cache.Row(places.kv, block, entry % rows_per_page));
+    EncodeKvRow(layout.profile, latent, cache.RowAt(places.kv, table, entry));
   }
 }
 

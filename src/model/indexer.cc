@@ -163,9 +163,8 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
     const int32_t n = (start_pos + r.num_tokens) / ratio;
     std::span<float> keys = arena.Alloc<float>(static_cast<size_t>(n) * head_dim);
     const std::span<const uint32_t> table = r.block_tables[source.kv.group_idx];
-    const int32_t rows_per_page = source.index.rows_per_page;
     for (int32_t e = 0; e < n; ++e) {
-      DecodeIndexRow(cache.Row(source.index, BlockAt(table, e / rows_per_page), e % rows_per_page),
+      DecodeIndexRow(cache.RowAt(source.index, table, e),
                      keys.subspan(static_cast<size_t>(e) * head_dim, head_dim));
     }
     const float* q_req = qi.data() + r.first_row * num_heads * head_dim;

@@ -166,10 +166,7 @@ std::vector<float> ContiguousKvCache::SwaRow(int32_t layer, int32_t pos) const {
   const KvCacheLayout& layout = storage_->layout();
   const KvRowPlace& place = layout.swa[layer];
   std::vector<float> row(layout.head_dim);
-  DecodeSwaRow(layout.profile,
-               view().Row(place, BlockAt(tables_[0][place.group_idx], pos / layout.block_tokens),
-                          pos % layout.block_tokens),
-               row);
+  DecodeSwaRow(layout.profile, view().RowAt(place, tables_[0][place.group_idx], pos), row);
   return row;
 }
 
@@ -177,11 +174,7 @@ std::vector<float> ContiguousKvCache::KvEntry(int32_t layer, int32_t entry_idx) 
   const KvCacheLayout& layout = storage_->layout();
   const KvRowPlace& place = layout.sources[layer]->kv;
   std::vector<float> row(layout.head_dim);
-  DecodeKvRow(
-      layout.profile,
-      view().Row(place, BlockAt(tables_[0][place.group_idx], entry_idx / place.rows_per_page),
-                 entry_idx % place.rows_per_page),
-      row);
+  DecodeKvRow(layout.profile, view().RowAt(place, tables_[0][place.group_idx], entry_idx), row);
   return row;
 }
 
@@ -189,10 +182,7 @@ std::vector<float> ContiguousKvCache::IndexKey(int32_t layer, int32_t entry_idx)
   const KvCacheLayout& layout = storage_->layout();
   const KvRowPlace& place = layout.sources[layer]->index;
   std::vector<float> row(layout.index_head_dim);
-  DecodeIndexRow(
-      view().Row(place, BlockAt(tables_[0][place.group_idx], entry_idx / place.rows_per_page),
-                 entry_idx % place.rows_per_page),
-      row);
+  DecodeIndexRow(view().RowAt(place, tables_[0][place.group_idx], entry_idx), row);
   return row;
 }
 
@@ -200,11 +190,9 @@ void ContiguousKvCache::SetEntry(int32_t layer, int32_t entry_idx, std::span<con
                                  std::span<const float> index_key) {
   const KvCacheLayout& layout = storage_->layout();
   const KvSourcePlaces& places = *layout.sources[layer];
-  const int32_t rows = places.kv.rows_per_page;
-  const uint32_t block = BlockAt(tables_[0][places.kv.group_idx], entry_idx / rows);
-  EncodeKvRow(layout.profile, kv, view().Row(places.kv, block, entry_idx % rows));
-  EncodeIndexRow(index_key, view().Row(places.index, block, entry_idx % rows),
-                 places.index.row_bytes);
+  const std::span<const uint32_t> table = tables_[0][places.kv.group_idx];
+  EncodeKvRow(layout.profile, kv, view().RowAt(places.kv, table, entry_idx));
+  EncodeIndexRow(index_key, view().RowAt(places.index, table, entry_idx), places.index.row_bytes);
 }
 
 // The blocks request `r` touches in a step must be present: every SWA group's blocks of window

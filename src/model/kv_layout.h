@@ -50,6 +50,13 @@ struct KvCacheLayout {
   std::vector<std::optional<KvSourcePlaces>> sources;  // [layer]: set on kv sources
 };
 
+// The per-request view the forward gets of one block table: logical block index → block id.
+// Returns kNoBlock past the table's end.
+inline uint32_t BlockAt(std::span<const uint32_t> table, int64_t block_idx) {
+  return block_idx >= 0 && block_idx < static_cast<int64_t>(table.size()) ? table[block_idx]
+                                                                          : kNoBlock;
+}
+
 // The slot buffers of one engine (serving.md §3.2): slot s holds num_blocks pages of
 // page_bytes[s] bytes from base[s]. A view: the buffers live for the whole process.
 struct KvCacheView {
@@ -60,6 +67,12 @@ struct KvCacheView {
 
   // The row `row` of `place` in block `block_id` (< num_blocks, checked).
   std::byte* Row(const KvRowPlace& place, uint32_t block_id, int64_t row) const;
+  // Logical row `idx` of `place` through a request's block table of its group: block
+  // idx / rows_per_page, row idx mod rows_per_page (an SWA row by position, a compressed entry
+  // by entry id: serving.md §3.6).
+  std::byte* RowAt(const KvRowPlace& place, std::span<const uint32_t> table, int64_t idx) const {
+    return Row(place, BlockAt(table, idx / place.rows_per_page), idx % place.rows_per_page);
+  }
 };
 
 // The places of every row of `plan` (whose config is `config`).
@@ -146,12 +159,5 @@ void DecodeKvRow(KvProfile profile, const std::byte* src, std::span<float> value
 // `row_bytes` (the seed geometry's main region).
 void EncodeIndexRow(std::span<const float> values, std::byte* dst, size_t row_bytes);
 void DecodeIndexRow(const std::byte* src, std::span<float> values);
-
-// The per-request view the forward gets of one block table: logical block index → block id.
-// Returns kNoBlock past the table's end.
-inline uint32_t BlockAt(std::span<const uint32_t> table, int64_t block_idx) {
-  return block_idx >= 0 && block_idx < static_cast<int64_t>(table.size()) ? table[block_idx]
-                                                                          : kNoBlock;
-}
 
 }  // namespace dsv41
