@@ -253,7 +253,7 @@ int RunBench(const BenchFlags& flags) {
 std::function<int()> SetupBench(CLI::App& sub) {
   auto flags = std::make_shared<BenchFlags>();
   sub.add_option("-m,--model", flags->model_dir, "model directory")->required();
-  sub.add_option("--prompt-tokens", flags->prompt_tokens, "prompt length (one prefill chunk)")
+  sub.add_option("--prompt-tokens", flags->prompt_tokens, "prompt tokens of each request")
       ->capture_default_str();
   sub.add_option("--decode-tokens", flags->decode_tokens,
                  "tokens each request generates after its first")
