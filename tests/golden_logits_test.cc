@@ -1,8 +1,9 @@
 // The whole text forward against the model goldens (goldens/model/README.md "How to compare"):
 // every prompt position's logits after a one-shot prefill within 1e-3 at stable positions
 // (stability_gemm32 <= 1e-4), and the greedy continuation, decoded token by token, equal over
-// the noise-stable prefix (diagnostics.json greedy_stable_prefix_gemm32) — for both the reference
-// Linear (exact accumulation, as the goldens) and the fast one (fp64 accumulation). Engram row ids
+// the noise-stable prefix (diagnostics.json greedy_stable_prefix_gemm32) — for the reference
+// numerics (exact accumulation, as the goldens) and every fast kernel this CPU runs (exact
+// products, fp32 accumulation: the fp32-FMA kernel and the bf16 dot product). Engram row ids
 // come from engram/ (the golden token map and the config's hash constants), as a driver computes
 // them.
 
@@ -26,6 +27,7 @@
 #include "engram/hash_constants.h"
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
+#include "kernels/linear.h"
 #include "model/forward.h"
 #include "model/kv_layout.h"
 #include "model/weights.h"
@@ -127,8 +129,7 @@ TEST_P(GoldenLogitsTest, PrefillLogitsAndGreedyContinuationMatch) {
   Result<ModelWeights> weights =
       ModelWeights::Load(model_dir, LoadOptions{.include_dspark = false});
   ASSERT_TRUE(weights.ok()) << weights.status().ToString();
-  Result<std::unique_ptr<TextModel>> model =
-      TextModel::Load(*weights, TextModelOptions{.reference_linear = true});
+  Result<std::unique_ptr<TextModel>> model = TextModel::Load(*weights);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const int32_t vocab = (*model)->vocab_size();
 
@@ -156,11 +157,11 @@ TEST_P(GoldenLogitsTest, PrefillLogitsAndGreedyContinuationMatch) {
   ASSERT_GE(want_greedy.size(), static_cast<size_t>(stable_prefix));
   const std::vector<int64_t> want_rows = ReadInts(case_dir + "/engram_hash.npy");
 
-  OwnedExecContext exec(2);
-  // One Linear path: prefill logits, then the greedy continuation (argmax, lowest id on ties; EOS
+  // One numerics mode: prefill logits, then the greedy continuation (argmax, lowest id on ties; EOS
   // does not stop), token by token.
-  auto check_path = [&](const TextModel& m, const char* path) {
+  auto check_path = [&](const TextModel& m, Numerics numerics, const char* path) {
     SCOPED_TRACE(path);
+    OwnedExecContext exec(2, numerics);
     Session session(m, map, *constants);
     ForwardTrace trace;
     const std::vector<float> got = session.Feed(prompt, exec.ctx, &trace);
@@ -215,13 +216,11 @@ TEST_P(GoldenLogitsTest, PrefillLogitsAndGreedyContinuationMatch) {
     EXPECT_EQ(std::vector<int64_t>(greedy.begin(), greedy.end()), want_prefix)
         << "over the stable prefix of " << stable_prefix << " tokens";
   };
-  check_path(**model, "reference Linear");
-
-  // The fast Linear path: the same exact fp32 products, summed in fp64 in a blocked order and
-  // rounded once — held to the same bounds.
-  Result<std::unique_ptr<TextModel>> fast = TextModel::Load(*weights);
-  ASSERT_TRUE(fast.ok()) << fast.status().ToString();
-  check_path(**fast, "fast Linear");
+  check_path(**model, Numerics::kReference, "reference numerics");
+  // The fast kernels: the same exact products summed in fp32 in a fixed blocked order — held to
+  // the same bounds.
+  check_path(**model, Numerics::kFastFma, "fp32-fma kernel");
+  if (CpuHasBf16Dot()) check_path(**model, Numerics::kFastBf16Dot, "bf16-dot kernel");
 }
 
 // Paged = contiguous on every golden case: the engine (its own loading, tokenizer-built Engram

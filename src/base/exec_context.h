@@ -84,16 +84,27 @@ class ArenaScope {
   StepArena::Mark mark_;
 };
 
+// How weight products accumulate (model.md §12.8 item 1; `--numerics`). Everything else is
+// canonical arithmetic in every mode.
+enum class Numerics : uint8_t {
+  kFast,         // the fastest kernel of this CPU: exact products, fp32 accumulation, fixed order
+  kReference,    // exact products accumulated in double, rounded once (the slow comparison path)
+  kFastFma,      // the fp32-FMA kernel even where the bf16 dot product is faster (tests, benches)
+  kFastBf16Dot,  // the bf16 dot-product kernel where the CPU has one (tests, benches)
+};
+
 // What every forward function receives. The pool runs one ParallelFor at a time; the arena is
 // the engine thread's.
 struct ExecContext {
   ThreadPool& pool;
   StepArena& arena;
+  Numerics numerics = Numerics::kFast;
 };
 
 // A pool and an arena of their own, for tests and one-off callers.
 struct OwnedExecContext {
-  explicit OwnedExecContext(int num_threads = 1) : pool(num_threads), ctx{pool, arena} {}
+  explicit OwnedExecContext(int num_threads = 1, Numerics numerics = Numerics::kFast)
+      : pool(num_threads), ctx{pool, arena, numerics} {}
   ThreadPool pool;
   StepArena arena;
   ExecContext ctx;

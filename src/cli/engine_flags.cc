@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "kernels/linear.h"
+
 namespace dsv41 {
 
 void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
@@ -30,6 +32,24 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
                "recompute every prompt instead of reusing cached prefix blocks");
   app.add_option("-t,--threads", flags.threads, "compute threads (0: all cores)")
       ->capture_default_str();
+  app.add_option("--numerics", flags.numerics,
+                 "weight products: fast (this CPU's fastest kernel, fp32 accumulation), reference "
+                 "(exact accumulation, slow), fma or bf16-dot (force a fast kernel)")
+      ->capture_default_str();
+}
+
+Result<Numerics> ParseNumerics(const std::string& name) {
+  if (name == "fast") return Numerics::kFast;
+  if (name == "reference") return Numerics::kReference;
+  if (name == "fma") return Numerics::kFastFma;
+  if (name == "bf16-dot") {
+    if (!CpuHasBf16Dot()) {
+      return InvalidArgumentError("--numerics bf16-dot: this CPU has no AVX512-BF16");
+    }
+    return Numerics::kFastBf16Dot;
+  }
+  return InvalidArgumentError("--numerics '%s': want fast, reference, fma or bf16-dot",
+                              name.c_str());
 }
 
 Result<EngineOptions> ToEngineOptions(const EngineFlags& flags) {
@@ -47,6 +67,7 @@ Result<EngineOptions> ToEngineOptions(const EngineFlags& flags) {
   options.max_num_batched_tokens = flags.max_num_batched_tokens;
   options.max_model_len = flags.max_model_len;
   options.enable_prefix_caching = !flags.no_prefix_caching;
+  DSV41_ASSIGN_OR_RETURN(options.numerics, ParseNumerics(flags.numerics));
   return options;
 }
 
@@ -55,7 +76,17 @@ int ComputeThreads(const EngineFlags& flags) {
                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+void PrintNumerics(const EngineOptions& options) {
+  const LinearWeight fp8{WeightFormat::kFp8Block, 0, 0, {}, {}};
+  const GemmKernel kernel =
+      SelectGemmKernel(fp8, LinearOptions{.quantize_activations = true}, options.numerics);
+  std::fprintf(stderr, "numerics: %s weight products (%s)\n", GemmKernelName(kernel),
+               kernel == GemmKernel::kReference ? "exact accumulation"
+                                                : "exact products, fp32 accumulation");
+}
+
 void PrintEngineLayout(const Engine& engine, const EngineOptions& options) {
+  PrintNumerics(options);
   const EngineLayout& l = engine.layout();
   std::fprintf(stderr,
                "kv cache: block %d tokens, %zu B per block id, %u blocks (%.3f GiB), longest "

@@ -26,10 +26,11 @@ struct EngineFlags {
   int64_t max_model_len = 0;
   bool no_prefix_caching = false;
   int threads = 0;
+  std::string numerics = "fast";
 };
 
 // Adds --block-size, --kv-cache-gib, --num-blocks, --kv-profile, --max-num-seqs,
-// --max-num-batched-tokens, --max-model-len, --no-prefix-caching and -t/--threads.
+// --max-num-batched-tokens, --max-model-len, --no-prefix-caching, -t/--threads and --numerics.
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 
 // The options the flags ask for; InvalidArgument naming the flag otherwise.
@@ -37,6 +38,9 @@ Result<EngineOptions> ToEngineOptions(const EngineFlags& flags);
 
 // Threads for the compute pool: the flag, or every core when it is 0.
 int ComputeThreads(const EngineFlags& flags);
+
+// "numerics: fast (bf16-dot weight products, fp32 accumulation)" on stderr.
+void PrintNumerics(const EngineOptions& options);
 
 // "kv cache: block 128 tokens, 540928 B per block id, 1985 blocks (1.00 GiB), longest request
 // 253952 tokens, profile seed, prefix caching on" on stderr.

@@ -28,7 +28,6 @@ struct LogitsFlags {
   int32_t chunk = 0;
   std::string out;
   int32_t top_k = 0;
-  bool reference_linear = false;
   EngineFlags engine;
 };
 
@@ -89,8 +88,7 @@ int RunLogits(const LogitsFlags& flags) {
     std::fprintf(stderr, "dsv41 logits: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  Result<LoadedTextModel> m = LoadedTextModel::Load(
-      flags.model_dir, TextModelOptions{.reference_linear = flags.reference_linear});
+  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir);
   if (!m.ok()) {
     std::fprintf(stderr, "dsv41 logits: %s\n", m.status().ToString().c_str());
     return 1;
@@ -157,8 +155,6 @@ std::function<int()> SetupLogits(CLI::App& sub) {
   sub.add_option("--top-k", flags->top_k, "print the top K ids and values of each position")
       ->capture_default_str();
   AddEngineFlags(sub, flags->engine);
-  sub.add_flag("--reference-linear", flags->reference_linear,
-               "MoE and Engram products through the exact reference Linear (slow; the goldens')");
   return [flags] { return RunLogits(*flags); };
 }
 

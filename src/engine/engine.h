@@ -33,6 +33,7 @@ struct EngineOptions {
   int32_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;  // 0: max_position_embeddings
   bool enable_prefix_caching = true;
+  Numerics numerics = Numerics::kFast;  // --numerics: how weight products accumulate
 };
 
 // What Engine::Create resolved (printed at start-up).
@@ -112,7 +113,7 @@ class Engine {
         // huge token budget does not reserve address space it will never need.
         arena_(std::min<size_t>(model.model->StepScratchBytes(options.max_num_batched_tokens),
                                 size_t{1} << 30)),
-        ctx_{pool, arena_} {}
+        ctx_{pool, arena_, options.numerics} {}
 
   // Samples request `r`'s next token from `logits`, appends it and applies the stop rules.
   void Sample(Request& r, std::span<const float> logits, RequestOutput& out);

@@ -6,13 +6,12 @@
 
 namespace dsv41 {
 
-Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir,
-                                              const TextModelOptions& options) {
+Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir) {
   LoadedTextModel m;
   DSV41_ASSIGN_OR_RETURN(ModelWeights weights,
                          ModelWeights::Load(dir, LoadOptions{.include_dspark = false}));
   m.weights = std::make_unique<ModelWeights>(std::move(weights));
-  DSV41_ASSIGN_OR_RETURN(m.model, TextModel::Load(*m.weights, options));
+  DSV41_ASSIGN_OR_RETURN(m.model, TextModel::Load(*m.weights));
   DSV41_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(dir + "/tokenizer.json"));
   m.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
   if (!m.weights->config().engram_layer_ids.empty()) {

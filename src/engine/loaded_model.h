@@ -25,7 +25,7 @@ struct LoadedTextModel {
 
   // Loads the checkpoint directory `dir` (config.json, safetensors, tokenizer.json). Errors name
   // the file, tensor or field.
-  static Result<LoadedTextModel> Load(const std::string& dir, const TextModelOptions& options = {});
+  static Result<LoadedTextModel> Load(const std::string& dir);
 
   const ModelConfig& config() const { return weights->config(); }
   // The end-of-sentence id: the tokenizer's "<｜end▁of▁sentence｜>", else the config's.

@@ -1,15 +1,30 @@
 #pragma once
 
+// The weight GEMM over stored formats (model.md §12.3, §12.4, §12.8 item 1): y = W · x for a
+// [out, in] weight kept in its checkpoint format and `rows` fp32 input rows.
+//
+// Three kernels compute it:
+//   kReference  the scalar loop: exact products accumulated in double, rounded once (LinearRef);
+//   kFma        Highway, every target: weights decoded exactly to fp32, fp32 FMA accumulation;
+//   kBf16Dot    x86 with AVX512-BF16: weights decoded exactly to bf16, pairs of exact products
+//               accumulated in fp32 by the bf16 dot-product instruction (VDPBF16PS).
+// Every e4m3, e2m1 and bf16 weight value and every fq8_b32-quantised activation is exact in bf16,
+// and their products are exact in fp32, so the fast kernels differ from the exact sum only by
+// their fp32 accumulation order — the freedom §12.8 item 1 allows. That order is fixed per kernel
+// and CPU target: each (output, input row) pair is one register chain over K in storage order,
+// reduced by one fixed lane tree, whatever the number of rows, the tiling or the thread split.
+// So a row's result never depends on the batch it is in, the chunking or the thread count.
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
+#include "base/exec_context.h"
+
 namespace dsv41 {
 
-class ThreadPool;
-
 // How a [out, in] weight matrix is stored (checkpoint.md §4, model.md §12.4). Bytes are the
-// checkpoint's own, memory-mapped and possibly unaligned: kernels load them with memcpy/LoadU and
+// checkpoint's own, memory-mapped and possibly unaligned: kernels load them unaligned and
 // dequantise tiles on the fly; nothing is expanded to fp32 in memory.
 enum class WeightFormat {
   kBf16,      // weight: bf16 [out, in]
@@ -31,19 +46,77 @@ struct LinearOptions {
   // model.md §12.3: before FP8/FP4 GEMMs the reference quantises each input row with fq8_b32
   // (e4m3, power-of-two scale per 32 along K). The model layer sets this from the weight's format.
   bool quantize_activations = false;
+  // The caller promises that x holds bf16 values (RMSNorm outputs, rounded projections, ...),
+  // so products with it are exact in fp32 and the bf16 dot product may compute them. Implied by
+  // quantize_activations. Checked in debug builds.
+  bool bf16_inputs = false;
 };
 
-// y[r·out + o] = Σ_i W[o, i] · x'[r·in + i] for r < rows, with x' = x or its fq8_b32
-// quantisation. Exactly dequantised fp32 weights times fp32 activations, accumulated in fp64 (the
-// products are exact) and rounded to fp32 once: in practice equal to LinearRef. The order of the
-// sum is fixed for a build and independent of the thread count and the number of rows.
-// Outputs are fp32 (callers round to bf16 where §12.4 says so). x: [rows, in], y: [rows, out].
-// `pool` may be null (single-threaded).
-void Linear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
-            const LinearOptions& options, ThreadPool* pool);
+enum class GemmKernel : uint8_t { kReference, kFma, kBf16Dot };
 
-// The scalar reference of Linear: dequantise each weight row with the numerics codecs, accumulate
-// the dot product in double, round once. Tests compare the fast path against it.
+// The kernel `numerics` selects for products with `w` under `options` on this CPU: kReference
+// for Numerics::kReference; kBf16Dot where the CPU has AVX512-BF16 (and, for kFast, where it is
+// the faster unit: without AVX512-FP16, i.e. AMD Zen 4) and the inputs are bf16 values (not for
+// fp32 weights); kFma otherwise.
+GemmKernel SelectGemmKernel(const LinearWeight& w, const LinearOptions& options, Numerics numerics);
+// Whether this CPU can run kBf16Dot at all.
+bool CpuHasBf16Dot();
+const char* GemmKernelName(GemmKernel kernel);
+
+// ---- The two-step API: prepare the activations once, then compute any output range ------------
+
+// Activations prepared for one kernel, weight format and K (quantised, reordered and converted to
+// the kernel's element type), in memory the caller owns. Immutable once prepared: any thread may
+// compute outputs from it.
+struct LinearInput {
+  GemmKernel kernel = GemmKernel::kFma;
+  WeightFormat format = WeightFormat::kBf16;
+  int64_t rows = 0;
+  int64_t in = 0;
+  int64_t stride = 0;              // elements per prepared row
+  const float* f32 = nullptr;      // kReference, kFma: [rows, stride]
+  const uint16_t* bf16 = nullptr;  // kBf16Dot: [rows, stride] bf16 bits in the kernel's order
+};
+
+// Bytes of storage PrepareLinearInput needs (64-byte aligned storage).
+size_t LinearInputBytes(const LinearWeight& w, int64_t rows, GemmKernel kernel);
+// Prepares `rows` rows of x [rows, w.in] for products with weights shaped and stored like `w`.
+// storage: LinearInputBytes(...) bytes, 64-byte aligned, alive as long as the result is used.
+LinearInput PrepareLinearInput(const LinearWeight& w, std::span<const float> x, int64_t rows,
+                               const LinearOptions& options, GemmKernel kernel,
+                               std::span<std::byte> storage);
+// y[r · y_stride + o] = Σ_i W[o, i] · x'[r, i] for o in [o_begin, o_end) and every prepared row:
+// pure, no allocation, safe from any thread (disjoint ranges write disjoint outputs). Ranges that
+// start at a multiple of kLinearOutputTile keep the blocked register tiles whole.
+void LinearOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
+                   float* y, int64_t y_stride);
+inline constexpr int64_t kLinearOutputTile = 32;
+
+// One product of a batch of products: the outputs of `w` for the prepared rows `x`, written to
+// y[r · y_stride + o].
+struct LinearJob {
+  const LinearWeight* w = nullptr;
+  LinearInput x;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+
+// Runs every job in one ParallelFor over `pool`: the jobs' 32-output tiles, in order, are split
+// into one contiguous range per thread of equal estimated cost (in × (rows + 8) per tile: the
+// weight stream plus the products). Each output is computed whole by one thread, so the split
+// never changes a bit. Jobs must write disjoint outputs.
+void RunLinearJobs(std::span<const LinearJob> jobs, ThreadPool& pool);
+
+// ---- One call ---------------------------------------------------------------------------------
+
+// y = W · x' for x: [rows, in], y: [rows, out], with x' = x or its fq8_b32 quantisation, on the
+// kernel ctx.numerics selects; outputs are fp32 (callers round to bf16 where §12.4 says so). The
+// prepared activations come from ctx.arena, the output range is split over ctx.pool.
+void Linear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
+            const LinearOptions& options, ExecContext& ctx);
+
+// The scalar reference: dequantise each weight row with the numerics codecs, accumulate the dot
+// product in double, round once. Tests compare the fast kernels against it.
 void LinearRef(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
                const LinearOptions& options);
 

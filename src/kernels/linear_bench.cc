@@ -9,22 +9,35 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "base/exec_context.h"
 #include "base/machine_limits.h"
 #include "base/thread_pool.h"
 #include "kernels/linear.h"
 #include "numerics/block_quant.h"
+#include "numerics/codecs.h"
 
 namespace dsv41 {
 namespace {
 
+// All cores, or DSV41_BENCH_THREADS of them.
 ThreadPool& Pool() {
-  static ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  static ThreadPool pool([] {
+    const char* env = std::getenv("DSV41_BENCH_THREADS");
+    return env != nullptr ? std::max(1, std::atoi(env))
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }());
   return pool;
+}
+
+StepArena& Arena() {
+  static StepArena arena;
+  return arena;
 }
 
 const MachineLimits& Limits() {
@@ -119,7 +132,8 @@ const Matrices& GetMatrices(WeightFormat format, int64_t out, int64_t in, bool d
   return m;
 }
 
-void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_t in, bool dram) {
+void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_t in, bool dram,
+               Numerics numerics = Numerics::kFast) {
   const int64_t rows = state.range(0);
   const MachineLimits& limits = Limits();
   const Matrices& m = GetMatrices(format, out, in, dram);
@@ -128,15 +142,19 @@ void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_
   std::vector<float> x(rows * in);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (auto& v : x) v = value(rng);
+  for (auto& v : x) v = Bf16Round(value(rng));
   std::vector<float> y(rows * out);
-  const LinearOptions options{.quantize_activations = format == WeightFormat::kFp8Block ||
-                                                      format == WeightFormat::kMxfp4};
+  const LinearOptions options{
+      .quantize_activations = format == WeightFormat::kFp8Block || format == WeightFormat::kMxfp4,
+      .bf16_inputs = true};
+  ExecContext ctx{Pool(), Arena(), numerics};
+  const LinearWeight probe{format, out, in, {}, {}};
+  state.SetLabel(GemmKernelName(SelectGemmKernel(probe, options, numerics)));
   int64_t c = 0;
   for (auto _ : state) {
     const LinearWeight w{format, out, in, std::as_bytes(std::span<const uint8_t>(m.weights[c])),
                          std::as_bytes(std::span<const uint8_t>(m.scales[c]))};
-    Linear(w, x, rows, y, options, &Pool());
+    Linear(w, x, rows, y, options, ctx);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
     c = (c + 1) % copies;
@@ -152,7 +170,7 @@ void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_
 }
 
 void Rows(benchmark::internal::Benchmark* b) {
-  for (const int64_t rows : {1, 4, 16, 64}) b->Arg(rows);
+  for (const int64_t rows : {1, 4, 16, 64, 256}) b->Arg(rows);
   b->ArgName("rows")->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
@@ -176,6 +194,17 @@ BENCHMARK_CAPTURE(BM_Linear, head_bf16, WeightFormat::kBf16, 129280, 5120, true)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Linear, gate_f32, WeightFormat::kF32, 384, 5120, true)->Apply(Rows);
+// The same real shapes on the fp32-FMA kernel where the bf16 dot product is the default.
+BENCHMARK_CAPTURE(BM_Linear, expert_w1_mxfp4_fma, WeightFormat::kMxfp4, 2304, 5120, true,
+                  Numerics::kFastFma)
+    ->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, wq_b_fp8_fma, WeightFormat::kFp8Block, 32768, 1280, true,
+                  Numerics::kFastFma)
+    ->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, wo_b_fp8, WeightFormat::kFp8Block, 5120, 8192, true)->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, wo_b_fp8_fma, WeightFormat::kFp8Block, 5120, 8192, true,
+                  Numerics::kFastFma)
+    ->Apply(Rows);
 
 }  // namespace
 }  // namespace dsv41

@@ -11,10 +11,11 @@
 #include <tuple>
 #include <vector>
 
-#include "base/thread_pool.h"
+#include "base/exec_context.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
 #include "numerics/block_quant.h"
+#include "numerics/codecs.h"
 #include "numerics/fake_quant.h"
 
 namespace dsv41 {
@@ -24,16 +25,28 @@ std::span<const std::byte> Bytes(const std::vector<uint8_t>& v) {
   return std::as_bytes(std::span<const uint8_t>(v));
 }
 
-// Runs fn once per Highway target compiled into dsv41_kernels and supported by this CPU (the
-// dispatch of Linear follows the mock), then restores normal dispatch.
+// Runs fn(numerics) once per fast kernel this CPU runs: the kFma kernel on every Highway target
+// compiled into dsv41_kernels and supported here (its dispatch follows the mock), then the
+// kBf16Dot kernel where the CPU has it. Restores normal dispatch.
 template <class Fn>
-void ForEachTarget(const Fn& fn) {
+void ForEachKernel(const Fn& fn) {
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    fn();
+    SCOPED_TRACE(std::string("fp32-fma ") + hwy::TargetName(target));
+    fn(Numerics::kFastFma);
   }
   hwy::SetSupportedTargetsForTest(0);
+  if (CpuHasBf16Dot()) {
+    SCOPED_TRACE("bf16-dot");
+    fn(Numerics::kFastBf16Dot);
+  }
+}
+
+// Linear on a context of its own.
+void RunLinear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
+               const LinearOptions& options, Numerics numerics, int threads = 1) {
+  OwnedExecContext exec(threads, numerics);
+  Linear(w, x, rows, y, options, exec.ctx);
 }
 
 // ---- LinearRef on hand-computed cases (and Linear on every target: these sums are exact) -----
@@ -69,9 +82,9 @@ TEST(LinearRefTest, Fp8HandComputedTwoRowsWithActivationQuantisation) {
   LinearRef(w, x, 1, y, options);
   EXPECT_EQ(y[0], want0);
   EXPECT_EQ(y[1], want1);
-  ForEachTarget([&] {
+  ForEachKernel([&](Numerics numerics) {
     std::vector<float> yf(2);
-    Linear(w, x, 1, yf, options, nullptr);
+    RunLinear(w, x, 1, yf, options, numerics);
     EXPECT_EQ(yf[0], want0);
     EXPECT_EQ(yf[1], want1);
   });
@@ -89,9 +102,9 @@ TEST(LinearRefTest, Fp8HandComputedWithoutActivationQuantisation) {
   LinearRef(w, x, 1, y, LinearOptions{});
   EXPECT_EQ(y[0], 264.0f);
   EXPECT_EQ(y[1], 120.0f);
-  ForEachTarget([&] {
+  ForEachKernel([&](Numerics numerics) {
     std::vector<float> yf(2);
-    Linear(w, x, 1, yf, LinearOptions{}, nullptr);
+    RunLinear(w, x, 1, yf, LinearOptions{.bf16_inputs = true}, numerics);
     EXPECT_EQ(yf[0], 264.0f);
     EXPECT_EQ(yf[1], 120.0f);
   });
@@ -107,9 +120,9 @@ TEST(LinearRefTest, Fp8HandComputedPartialTileWithSubnormalCode) {
   std::vector<float> y(1);
   LinearRef(w, x, 1, y, LinearOptions{});
   EXPECT_EQ(y[0], 17.0f);
-  ForEachTarget([&] {
+  ForEachKernel([&](Numerics numerics) {
     std::vector<float> yf(1);
-    Linear(w, x, 1, yf, LinearOptions{}, nullptr);
+    RunLinear(w, x, 1, yf, LinearOptions{.bf16_inputs = true}, numerics);
     EXPECT_EQ(yf[0], 17.0f);
   });
 }
@@ -136,13 +149,13 @@ TEST(LinearRefTest, Mxfp4HandComputedLowNibbleFirst) {
   EXPECT_EQ(y[0], 12.0f);
   LinearRef(w, e1, 1, y, LinearOptions{});
   EXPECT_EQ(y[0], -2.0f);
-  ForEachTarget([&] {
+  ForEachKernel([&](Numerics numerics) {
     std::vector<float> yf(1);
-    Linear(w, ones, 1, yf, LinearOptions{.quantize_activations = true}, nullptr);
+    RunLinear(w, ones, 1, yf, LinearOptions{.quantize_activations = true}, numerics);
     EXPECT_EQ(yf[0], 70.0f);
-    Linear(w, e0, 1, yf, LinearOptions{}, nullptr);
+    RunLinear(w, e0, 1, yf, LinearOptions{.bf16_inputs = true}, numerics);
     EXPECT_EQ(yf[0], 12.0f);
-    Linear(w, e1, 1, yf, LinearOptions{}, nullptr);
+    RunLinear(w, e1, 1, yf, LinearOptions{.bf16_inputs = true}, numerics);
     EXPECT_EQ(yf[0], -2.0f);
   });
 }
@@ -158,9 +171,9 @@ TEST(LinearRefTest, Bf16HandComputedTwoInputRows) {
   LinearRef(w, x, 2, y, LinearOptions{});
   EXPECT_EQ(y[0], 3.0f);  // 2 + 3 − 2
   EXPECT_EQ(y[1], 3.5f);  // 1 + 3 − 0.5
-  ForEachTarget([&] {
+  ForEachKernel([&](Numerics numerics) {
     std::vector<float> yf(2);
-    Linear(w, x, 2, yf, LinearOptions{}, nullptr);
+    RunLinear(w, x, 2, yf, LinearOptions{.bf16_inputs = true}, numerics);
     EXPECT_EQ(yf[0], 3.0f);
     EXPECT_EQ(yf[1], 3.5f);
   });
@@ -333,17 +346,15 @@ Expected ExpandedProduct(const StoredWeight& s, const std::vector<float>& x, int
   return e;
 }
 
-// The stated bound of the fast path against the exact sum rounded once (`ref`, fp32):
-// |y − ref| ≤ 2^-23·|ref| + 2^-149 + in·2^-51·Σ|w·x|. Both sides sum the exact fp64 products of
-// fp32 values in fp64 (fast: blocked order, LinearRef: sequential), each within (in −
-// 1)·2^-53·Σ|w·x| of the exact sum S; each rounds that to fp32 once (≤ 2^-24 relative, or 2^-150
-// absolute below the normal range). So the two differ by at most one fp32 ulp of the result plus a
-// term 2^27 times smaller than the old fp32-accumulation bound (in + 2)·2^-24·Σ|w·x| — in practice
-// they are equal bit for bit, which only an S within in·2^-53·Σ|w·x| of an fp32 rounding boundary
-// can break.
+// The stated bound of the fast kernels against the exact sum rounded once (`ref`, fp32): both
+// multiply exactly and accumulate in fp32, every pair in one chain of at most `in` additions
+// (lanes then a lane tree), each rounding by at most 2^-24 of a partial sum bounded by Σ|w·x|;
+// plus the final rounding of ref and, for the bf16 dot product, products or sums below 2^-126
+// flushed to zero (DAZ/FTZ):
+// |y − ref| ≤ (in + 4)·2^-24·Σ|w·x| + 2^-24·|ref| + in·2^-125.
 double Bound(int64_t in, double abs_sum, float ref) {
-  return 0x1p-23 * std::fabs(static_cast<double>(ref)) + 0x1p-149 +
-         static_cast<double>(in) * 0x1p-51 * abs_sum;
+  return static_cast<double>(in + 4) * 0x1p-24 * abs_sum +
+         0x1p-24 * std::fabs(static_cast<double>(ref)) + static_cast<double>(in) * 0x1p-125;
 }
 
 std::string Name(WeightFormat f) {
@@ -360,6 +371,9 @@ std::string Name(WeightFormat f) {
   return "?";
 }
 
+// Every fast kernel within Bound of LinearRef, LinearRef equal to the expansion. Without
+// activation quantisation x is rounded to bf16 (and declared so) for the bf16 dot kernel; the FMA
+// kernel also sees the raw fp32 x.
 void CheckCase(WeightFormat format, int64_t out, int64_t in, int64_t rows, bool quantize,
                size_t misalign, std::mt19937& rng, int scale_lo = 118, int scale_hi = 130,
                float x_scale = 1.0f, int fp8_max_mag = 0x7E) {
@@ -369,22 +383,29 @@ void CheckCase(WeightFormat format, int64_t out, int64_t in, int64_t rows, bool 
   const StoredWeight s =
       MakeWeight(format, out, in, misalign, rng, scale_lo, scale_hi, fp8_max_mag);
   const LinearWeight w = s.View();
-  const std::vector<float> x = RandomActivations(rows * in, rng, x_scale);
-  const LinearOptions options{.quantize_activations = quantize};
-  const Expected e = ExpandedProduct(s, x, rows, quantize);
-
-  std::vector<float> ref(rows * out);
-  LinearRef(w, x, rows, ref, options);
-  for (int64_t i = 0; i < rows * out; ++i) ASSERT_EQ(ref[i], e.exact[i]) << "index " << i;
-
-  ForEachTarget([&] {
-    std::vector<float> y(rows * out, -7.0f);
-    Linear(w, x, rows, y, options, nullptr);
-    for (int64_t i = 0; i < rows * out; ++i) {
-      ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref[i]), Bound(in, e.abs_sum[i], ref[i]))
-          << "index " << i << " fast " << y[i] << " ref " << ref[i];
-    }
-  });
+  const std::vector<float> raw = RandomActivations(rows * in, rng, x_scale);
+  std::vector<float> rounded(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) rounded[i] = Bf16Round(raw[i]);
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 inputs" : "fp32 inputs");
+    const std::vector<float>& x = bf16 ? rounded : raw;
+    const LinearOptions options{.quantize_activations = quantize, .bf16_inputs = bf16};
+    const Expected e = ExpandedProduct(s, x, rows, quantize);
+    std::vector<float> ref(rows * out);
+    LinearRef(w, x, rows, ref, options);
+    for (int64_t i = 0; i < rows * out; ++i) ASSERT_EQ(ref[i], e.exact[i]) << "index " << i;
+    ForEachKernel([&](Numerics numerics) {
+      // The bf16 dot kernel's domain: unscaled weights times x above 2^-126 (bf16 DAZ), always
+      // so for fq8_b32 activations (|x| >= 2^-31 or 0); raw inputs near 2^-120 are outside it.
+      if (numerics == Numerics::kFastBf16Dot && !quantize && x_scale < 0x1p-60f) return;
+      std::vector<float> y(rows * out, -7.0f);
+      RunLinear(w, x, rows, y, options, numerics);
+      for (int64_t i = 0; i < rows * out; ++i) {
+        ASSERT_LE(std::fabs(static_cast<double>(y[i]) - ref[i]), Bound(in, e.abs_sum[i], ref[i]))
+            << "index " << i << " fast " << y[i] << " ref " << ref[i];
+      }
+    });
+  }
 }
 
 constexpr WeightFormat kAllFormats[] = {WeightFormat::kBf16, WeightFormat::kF32,
@@ -462,9 +483,9 @@ TEST(LinearTest, ActivationQuantisationMatchesFq8B32BitForBit) {
     std::vector<float> want(96, 0.0f);
     std::copy(x.begin(), x.end(), want.begin());
     FakeQuantFq8B32(want);
-    ForEachTarget([&] {
+    ForEachKernel([&](Numerics numerics) {
       std::vector<float> y(in);
-      Linear(w, x, 1, y, LinearOptions{.quantize_activations = true}, nullptr);
+      RunLinear(w, x, 1, y, LinearOptions{.quantize_activations = true}, numerics);
       for (int64_t i = 0; i < in; ++i) ASSERT_EQ(y[i], want[i]) << "x " << x[i] << " at " << i;
     });
   }
@@ -473,36 +494,38 @@ TEST(LinearTest, ActivationQuantisationMatchesFq8B32BitForBit) {
 // Results are independent of the thread count and of how many rows share the call.
 TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
   std::mt19937 rng(4);
-  ThreadPool one(1);
-  ThreadPool two(2);
   for (const WeightFormat f : kAllFormats) {
     SCOPED_TRACE(Name(f));
-    // 75 × 83: several tiles per thread; 9 × 1100: K spans several decode chunks (512) of the
-    // many-rows path, whose partial sums are parked between chunks. 6 and 7 rows take that path,
-    // 3 rows (with AVX-512) and single rows the register-tile path.
+    // 75 × 83: several tiles per thread; 9 × 1100: K spans several decode chunks of the many-rows
+    // path, whose partial sums are parked between chunks; 70 rows: two row blocks of it. 6, 7 and
+    // 70 rows take that path, 3 rows and single rows the register tiles.
     for (const auto& [out, in_any, rows] : {std::tuple<int64_t, int64_t, int64_t>{75, 83, 6},
                                             std::tuple<int64_t, int64_t, int64_t>{75, 83, 3},
-                                            std::tuple<int64_t, int64_t, int64_t>{9, 1100, 7}}) {
+                                            std::tuple<int64_t, int64_t, int64_t>{9, 1100, 7},
+                                            std::tuple<int64_t, int64_t, int64_t>{40, 300, 70}}) {
       const int64_t in = f == WeightFormat::kMxfp4 ? (in_any + 31) / 32 * 32 : in_any;
       const StoredWeight s = MakeWeight(f, out, in, 1, rng);
       const LinearWeight w = s.View();
-      const std::vector<float> x = RandomActivations(rows * in, rng);
-      const LinearOptions options{.quantize_activations = f == WeightFormat::kFp8Block};
+      std::vector<float> x = RandomActivations(rows * in, rng);
+      for (float& v : x) v = Bf16Round(v);
+      const LinearOptions options{.quantize_activations = f == WeightFormat::kFp8Block,
+                                  .bf16_inputs = true};
       const Expected e = ExpandedProduct(s, x, rows, options.quantize_activations);
-      ForEachTarget([&] {
-        std::vector<float> y0(rows * out), y1(rows * out), y2(rows * out);
-        Linear(w, x, rows, y0, options, nullptr);
-        Linear(w, x, rows, y1, options, &one);
-        Linear(w, x, rows, y2, options, &two);
+      ForEachKernel([&](Numerics numerics) {
+        std::vector<float> y1(rows * out), y2(rows * out), y3(rows * out);
+        RunLinear(w, x, rows, y1, options, numerics, 1);
+        RunLinear(w, x, rows, y2, options, numerics, 2);
+        RunLinear(w, x, rows, y3, options, numerics, 3);
         for (int64_t r = 0; r < rows; ++r) {
           std::vector<float> single(out);
-          Linear(w, std::span<const float>(x).subspan(r * in, in), 1, single, options, &two);
+          RunLinear(w, std::span<const float>(x).subspan(r * in, in), 1, single, options, numerics,
+                    2);
           for (int64_t o = 0; o < out; ++o) {
             const int64_t i = r * out + o;
-            ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(y1[i])) << i;
-            ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(y2[i])) << i;
-            ASSERT_EQ(std::bit_cast<uint32_t>(y0[i]), std::bit_cast<uint32_t>(single[o])) << i;
-            ASSERT_LE(std::fabs(static_cast<double>(y0[i]) - e.exact[i]),
+            ASSERT_EQ(std::bit_cast<uint32_t>(y1[i]), std::bit_cast<uint32_t>(y2[i])) << i;
+            ASSERT_EQ(std::bit_cast<uint32_t>(y1[i]), std::bit_cast<uint32_t>(y3[i])) << i;
+            ASSERT_EQ(std::bit_cast<uint32_t>(y1[i]), std::bit_cast<uint32_t>(single[o])) << i;
+            ASSERT_LE(std::fabs(static_cast<double>(y1[i]) - e.exact[i]),
                       Bound(in, e.abs_sum[i], e.exact[i]));
           }
         }
@@ -511,36 +534,52 @@ TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
   }
 }
 
-// The targets really differ: the accumulation order follows the vector width, so at least two
-// targets give different bits on a dot product whose fp64 rounding errors show (guards against the
-// mock not dispatching). Ordinary data cannot show it (fp64 sums round to the same fp32), so the
-// products cancel exactly: x[512 + i] = −x[i] and W[o, 512 + i] = W[o, i], with |x| up to 2^40.
-// The exact sum is 0; what each target returns is the residue of its own fp64 rounding order.
-TEST(LinearTest, EveryTargetIsExercised) {
-  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  if (targets.size() < 2) GTEST_SKIP() << "one target only";
+// The kernels really differ: the accumulation order follows the vector width and the kernel, so
+// at least two give different bits on a dot product whose fp32 rounding errors show (guards
+// against the mock not dispatching). The products cancel exactly: x[512 + i] = −x[i] and
+// W[o, 512 + i] = W[o, i], with |x| spread over 2^0..2^20. The exact sum is 0; what each kernel
+// returns is the residue of its own rounding order.
+TEST(LinearTest, EveryKernelIsExercised) {
   std::mt19937 rng(5);
   constexpr int64_t kHalf = 512;
-  StoredWeight s = MakeWeight(WeightFormat::kF32, 8, 2 * kHalf, 0, rng);
+  StoredWeight s = MakeWeight(WeightFormat::kBf16, 8, 2 * kHalf, 0, rng);
   for (int64_t o = 0; o < 8; ++o) {
-    uint8_t* row = s.weight_buf.data() + 4 * o * 2 * kHalf;
-    std::memcpy(row + 4 * kHalf, row, 4 * kHalf);
+    uint8_t* row = s.weight_buf.data() + 2 * o * 2 * kHalf;
+    std::memcpy(row + 2 * kHalf, row, 2 * kHalf);
   }
   std::vector<float> x = RandomActivations(2 * kHalf, rng);
-  std::uniform_int_distribution<int> exponent(0, 40);
+  std::uniform_int_distribution<int> exponent(0, 20);
   for (int64_t i = 0; i < kHalf; ++i) {
-    x[i] = std::ldexp(x[i], exponent(rng));
+    x[i] = Bf16Round(std::ldexp(x[i], exponent(rng)));
     x[kHalf + i] = -x[i];
   }
   std::vector<std::vector<float>> results;
-  ForEachTarget([&] {
+  ForEachKernel([&](Numerics numerics) {
     std::vector<float> y(8);
-    Linear(s.View(), x, 1, y, LinearOptions{}, nullptr);
+    RunLinear(s.View(), x, 1, y, LinearOptions{.bf16_inputs = true}, numerics);
     results.push_back(y);
   });
+  if (results.size() < 2) GTEST_SKIP() << "one kernel only";
   bool any_differs = false;
   for (const auto& r : results) any_differs |= (r != results[0]);
   EXPECT_TRUE(any_differs);
+}
+
+// The kernel choice follows the numerics mode and the inputs: fp32 weights and fp32 inputs never
+// take the bf16 dot product.
+TEST(LinearTest, KernelSelection) {
+  const LinearWeight bf16{WeightFormat::kBf16, 1, 1, {}, {}};
+  const LinearWeight f32{WeightFormat::kF32, 1, 1, {}, {}};
+  const LinearWeight fp8{WeightFormat::kFp8Block, 1, 1, {}, {}};
+  EXPECT_EQ(SelectGemmKernel(fp8, {.quantize_activations = true}, Numerics::kReference),
+            GemmKernel::kReference);
+  EXPECT_EQ(SelectGemmKernel(fp8, {.quantize_activations = true}, Numerics::kFastFma),
+            GemmKernel::kFma);
+  EXPECT_EQ(SelectGemmKernel(bf16, {}, Numerics::kFastBf16Dot), GemmKernel::kFma);
+  EXPECT_EQ(SelectGemmKernel(f32, {.bf16_inputs = true}, Numerics::kFastBf16Dot), GemmKernel::kFma);
+  const GemmKernel dot = CpuHasBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma;
+  EXPECT_EQ(SelectGemmKernel(bf16, {.bf16_inputs = true}, Numerics::kFastBf16Dot), dot);
+  EXPECT_EQ(SelectGemmKernel(fp8, {.quantize_activations = true}, Numerics::kFastBf16Dot), dot);
 }
 
 }  // namespace

@@ -171,7 +171,7 @@ void Attention::QueryLatent(std::span<const float> x, int32_t num_tokens, std::s
   DSV41_CHECK(static_cast<int64_t>(x.size()) == int64_t{num_tokens} * config_.hidden_size &&
                   static_cast<int64_t>(qr.size()) == int64_t{num_tokens} * config_.q_lora_rank,
               "x %zu, qr %zu for %d tokens", x.size(), qr.size(), num_tokens);
-  LinearBf16(wq_a_, x, num_tokens, qr, &ctx.pool);
+  LinearBf16(wq_a_, x, num_tokens, qr, ctx);
   RmsNormRows(qr, num_tokens, q_norm_, static_cast<float>(config_.rms_norm_eps), qr);
 }
 
@@ -181,7 +181,6 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
                         ExecContext& ctx) const {
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
-  ThreadPool* pool = &ctx.pool;
   const int64_t hidden = config_.hidden_size;
   const int64_t t_count = static_cast<int64_t>(x.size()) / hidden;
   const int64_t num_heads = config_.num_attention_heads;
@@ -221,7 +220,7 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
 
   // §7.1 query path: q = rope(wq_b·qr) per head.
   std::span<float> q = arena.Alloc<float>(t_count * num_heads * head_dim);
-  LinearBf16(wq_b_, qr, t_count, q, pool);
+  LinearBf16(wq_b_, qr, t_count, q, ctx);
   for (int64_t t = 0; t < t_count; ++t) {
     for (int64_t h = 0; h < num_heads; ++h) {
       Rope::RotateWith(q.subspan((t * num_heads + h) * head_dim, head_dim), cos_of(t), sin_of(t),
@@ -231,7 +230,7 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
 
   // §7.2 SWA path: kv = fq8_b32(rope(RMSNorm(kv_norm, wkv·x))), stored at its position's row.
   std::span<float> kv = arena.Alloc<float>(t_count * head_dim);
-  LinearBf16(wkv_, x, t_count, kv, pool);
+  LinearBf16(wkv_, x, t_count, kv, ctx);
   for (const BatchRequest& r : requests) {
     const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
     for (int32_t t = 0; t < r.num_tokens; ++t) {
@@ -346,14 +345,14 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
       std::copy_n(o.begin() + (t * num_groups + g) * group_in, group_in,
                   group_x.begin() + t * group_in);
     }
-    Linear(wo_a_groups_[g], group_x, t_count, group_z, LinearOptions{}, pool);
+    Linear(wo_a_groups_[g], group_x, t_count, group_z, LinearOptions{.bf16_inputs = true}, ctx);
     for (int64_t t = 0; t < t_count; ++t) {
       for (int64_t r = 0; r < o_rank; ++r) {
         z[(t * num_groups + g) * o_rank + r] = Bf16Round(group_z[t * o_rank + r]);
       }
     }
   }
-  LinearBf16(wo_b_, z, t_count, out, pool);
+  LinearBf16(wo_b_, z, t_count, out, ctx);
 }
 
 }  // namespace dsv41

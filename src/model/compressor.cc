@@ -46,7 +46,6 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
                          const KvCacheView& cache, ExecContext& ctx) const {
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
-  ThreadPool* pool = &ctx.pool;
   const int64_t hidden = config_.hidden_size;
   const int64_t t_count = static_cast<int64_t>(x.size()) / hidden;
   const int64_t head_dim = config_.head_dim;
@@ -60,11 +59,11 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
 
   // §7.3: fp32 projections a = wkv·x and, for ratio > 1, g = wgate·x over every row.
   std::span<float> a = arena.Alloc<float>(t_count * head_dim);
-  Linear(wkv_, x, t_count, a, LinearOptions{}, pool);
+  LinearProduct(wkv_, x, t_count, a, ctx);
   std::span<float> g;
   if (ratio_ > 1) {
     g = arena.Alloc<float>(a.size());
-    Linear(wgate_, x, t_count, g, LinearOptions{}, pool);
+    LinearProduct(wgate_, x, t_count, g, ctx);
   }
 
   // The bf16 latent (un-rotated, normalised) of every entry the step completes, with where the
@@ -133,7 +132,7 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
   // quantisation, §12.4); 2. the rotated latent, fq4_b16_e4m3. Entry j is rotated at position
   // j·ratio, the first token of its group (§6.3).
   std::span<float> k = arena.Alloc<float>(num_completed * index_dim);
-  Linear(wk_, latents, num_completed, k, LinearOptions{}, pool);
+  LinearProduct(wk_, latents, num_completed, k, ctx);
   const size_t half = rope_.inv_freq().size();
   std::span<float> cos = arena.Alloc<float>(half);
   std::span<float> sin = arena.Alloc<float>(half);

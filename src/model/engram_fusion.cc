@@ -110,8 +110,7 @@ void DequantizeEngramRows(std::span<const std::byte> values, std::span<const std
 
 // ---- EngramFusion -------------------------------------------------------------------------
 
-Result<EngramFusion> EngramFusion::Load(const ModelWeights& weights, int32_t layer,
-                                        const EngramFusionOptions& options) {
+Result<EngramFusion> EngramFusion::Load(const ModelWeights& weights, int32_t layer) {
   const ModelConfig& config = weights.config();
   const LayerPlan& plan = weights.plan();
   if (layer < 0 || static_cast<size_t>(layer) >= plan.layers.size() ||
@@ -119,7 +118,6 @@ Result<EngramFusion> EngramFusion::Load(const ModelWeights& weights, int32_t lay
     return InvalidArgumentError("layer %d has no Engram slot in the layer plan", layer);
   }
   EngramFusion fusion;
-  fusion.options_ = options;
   fusion.num_cols_ = config.n_hash_cols();
   fusion.hc_mult_ = config.hc_mult;
   fusion.hidden_ = config.hidden_size;
@@ -174,18 +172,13 @@ Status EngramFusion::GatherRows(const EngramRowSource& source, std::span<const i
 }
 
 void EngramFusion::Project(std::span<const float> e, int64_t num_tokens, std::span<float> kv,
-                           ThreadPool* pool) const {
+                           ExecContext& ctx) const {
   DSV41_CHECK(num_tokens >= 0 &&
                   e.size() == static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_in()) &&
                   kv.size() == static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_out()),
               "Project: %lld tokens, e %zu, kv %zu", static_cast<long long>(num_tokens), e.size(),
               kv.size());
-  if (options_.reference_linear) {
-    LinearRef(wkv_, e, num_tokens, kv, LinearOptionsFor(wkv_));
-  } else {
-    Linear(wkv_, e, num_tokens, kv, LinearOptionsFor(wkv_), pool);
-  }
-  for (float& v : kv) v = Bf16Round(v);
+  LinearBf16(wkv_, e, num_tokens, kv, ctx);
 }
 
 void EngramFusion::FuseToken(const float* kv, float* streams, float* gate, bool dead) const {
@@ -214,7 +207,7 @@ void EngramFusion::FuseToken(const float* kv, float* streams, float* gate, bool 
 
 void EngramFusion::Fuse(std::span<const float> kv, int64_t num_tokens, std::span<float> streams,
                         std::span<float> gate, std::span<const uint8_t> dead,
-                        ThreadPool* pool) const {
+                        ExecContext& ctx) const {
   const size_t t_count = static_cast<size_t>(num_tokens);
   const size_t stream_size = static_cast<size_t>(hc_mult_) * static_cast<size_t>(hidden_);
   DSV41_CHECK(num_tokens >= 0 && kv.size() == t_count * static_cast<size_t>(engram_out()) &&
@@ -232,21 +225,20 @@ void EngramFusion::Fuse(std::span<const float> kv, int64_t num_tokens, std::span
                 !dead.empty() && dead[i] != 0);
     }
   };
-  if (pool != nullptr) {
-    pool->ParallelFor(num_tokens, 1, run);
-  } else {
-    run(0, num_tokens, 0);
-  }
+  ctx.pool.ParallelFor(num_tokens, 1, run);
 }
 
 Status EngramFusion::Forward(std::span<const int64_t> row_ids, int64_t num_tokens,
-                             std::span<float> streams, std::span<float> gate, ThreadPool* pool,
+                             std::span<float> streams, std::span<float> gate, ExecContext& ctx,
                              std::span<const uint8_t> dead) const {
-  std::vector<float> e(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_in()));
+  ArenaScope scope(ctx.arena);
+  std::span<float> e =
+      ctx.arena.Alloc<float>(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_in()));
   DSV41_RETURN_IF_ERROR(GatherRows(*resident_rows_, row_ids, num_tokens, e));
-  std::vector<float> kv(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_out()));
-  Project(e, num_tokens, kv, pool);
-  Fuse(kv, num_tokens, streams, gate, dead, pool);
+  std::span<float> kv =
+      ctx.arena.Alloc<float>(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_out()));
+  Project(e, num_tokens, kv, ctx);
+  Fuse(kv, num_tokens, streams, gate, dead, ctx);
   return OkStatus();
 }
 

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "base/exec_context.h"
 #include "base/status.h"
 #include "kernels/linear.h"
 
 namespace dsv41 {
 
 class ModelWeights;
-class ThreadPool;
 
 // Where an Engram layer's table rows come from: the resident (memory-mapped) checkpoint today,
 // host-offload tiers later. A row is `row_dim` e4m3 values and row_dim/32 ue8m0 scales (one per
@@ -66,22 +66,15 @@ class MappedEngramRowSource final : public EngramRowSource {
 void DequantizeEngramRows(std::span<const std::byte> values, std::span<const std::byte> scales,
                           int32_t row_dim, int64_t n, std::span<float> out);
 
-struct EngramFusionOptions {
-  // Run the wkv product through LinearRef (exact accumulation, one rounding, as the goldens)
-  // instead of the fast Linear; §12.8 item 1 leaves that order free.
-  bool reference_linear = false;
-};
-
 // One Engram layer's module: `layers.N.engram.{embed,wkv,q_weight,k_weight}`. Sizes come from the
 // config (hidden_size, hc_mult, n_hash_cols, engram_head_dim). Views into the ModelWeights it was
 // loaded from, which must outlive it, plus the fp32 product q_weight ⊙ k_weight [hc_mult, hidden].
-// Move-only; the methods keep no state, so concurrent calls are safe with different pools.
+// Move-only; the methods keep no state.
 class EngramFusion {
  public:
   // `layer` must have an Engram slot in the layer plan (InvalidArgument otherwise); errors name
   // the tensor.
-  static Result<EngramFusion> Load(const ModelWeights& weights, int32_t layer,
-                                   const EngramFusionOptions& options = {});
+  static Result<EngramFusion> Load(const ModelWeights& weights, int32_t layer);
 
   // The resident table of this layer (the checkpoint mapping).
   const EngramRowSource& resident_rows() const { return *resident_rows_; }
@@ -100,22 +93,22 @@ class EngramFusion {
                     int64_t num_tokens, std::span<float> e) const;
 
   // kv [T, engram_out] = bf16(wkv · e), activation-quantised when wkv is FP8 (§12.4). It does not
-  // depend on the streams: it may run as soon as the rows arrive. pool may be null.
+  // depend on the streams: it may run as soon as the rows arrive.
   void Project(std::span<const float> e, int64_t num_tokens, std::span<float> kv,
-               ThreadPool* pool) const;
+               ExecContext& ctx) const;
 
   // Fuses kv into streams [T, hc_mult, hidden] (bf16 values as fp32, updated in place), §9.6:
   // per stream j, r = rsqrt(ms(H) + eps)·rsqrt(ms(K_j) + eps), dot = fp32(Σ_d
   // fp32(fp32(H·w_j)·K_j)) (each product rounded to fp32, their sum exact) · r · fp32(hidden^−½),
   // gate = sigmoid(signed sqrt(max(|dot|, 1e-6))), 0 for a dead token; H ← bf16(H + fp32(gate ·
   // V)). gate [T, hc_mult] receives the gates (may be empty). dead: empty (text) or [T], nonzero
-  // inside an image span. pool may be null; results do not depend on it.
+  // inside an image span. Work is split over ctx.pool; results do not depend on it.
   void Fuse(std::span<const float> kv, int64_t num_tokens, std::span<float> streams,
-            std::span<float> gate, std::span<const uint8_t> dead, ThreadPool* pool) const;
+            std::span<float> gate, std::span<const uint8_t> dead, ExecContext& ctx) const;
 
   // GatherRows from the resident table, Project and Fuse.
   Status Forward(std::span<const int64_t> row_ids, int64_t num_tokens, std::span<float> streams,
-                 std::span<float> gate, ThreadPool* pool, std::span<const uint8_t> dead = {}) const;
+                 std::span<float> gate, ExecContext& ctx, std::span<const uint8_t> dead = {}) const;
 
  private:
   EngramFusion() = default;
@@ -126,7 +119,6 @@ class EngramFusion {
   std::unique_ptr<MappedEngramRowSource> resident_rows_;
   LinearWeight wkv_;
   std::vector<float> qk_;  // fp32(q_weight ⊙ k_weight) [hc_mult, hidden]
-  EngramFusionOptions options_;
   int32_t num_cols_ = 0;
   int32_t row_dim_ = 0;
   int32_t hc_mult_ = 0;

@@ -9,8 +9,7 @@
 #include "model/weights.h"
 
 namespace dsv41 {
-Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights,
-                                                   const TextModelOptions& options) {
+Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights) {
   std::unique_ptr<TextModel> model(new TextModel());
   model->config_ = weights.config();
   model->plan_ = weights.plan();
@@ -23,9 +22,7 @@ Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights,
     Layer layer;
     layer.role = role;
     if (role.has_engram()) {
-      DSV41_ASSIGN_OR_RETURN(
-          EngramFusion engram,
-          EngramFusion::Load(weights, role.layer, EngramFusionOptions{options.reference_linear}));
+      DSV41_ASSIGN_OR_RETURN(EngramFusion engram, EngramFusion::Load(weights, role.layer));
       layer.engram = std::make_unique<EngramFusion>(std::move(engram));
     }
     DSV41_ASSIGN_OR_RETURN(layer.attention, dsv41::Attention::Create(weights, role.layer));
@@ -35,7 +32,7 @@ Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights,
     if (role.is_index_source) {
       DSV41_ASSIGN_OR_RETURN(layer.indexer, Indexer::Create(weights, role.layer));
     }
-    DSV41_ASSIGN_OR_RETURN(Moe moe, Moe::Load(weights, p, MoeOptions{options.reference_linear}));
+    DSV41_ASSIGN_OR_RETURN(Moe moe, Moe::Load(weights, p));
     layer.moe = std::make_unique<Moe>(std::move(moe));
     DSV41_ASSIGN_OR_RETURN(layer.hc_attn, GetMhcWeights(weights, p + ".hc_attn", model->dims_));
     DSV41_ASSIGN_OR_RETURN(layer.hc_ffn, GetMhcWeights(weights, p + ".hc_ffn", model->dims_));
@@ -146,7 +143,6 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
   DSV41_RETURN_IF_ERROR(CheckBatch(batch, cache, logits_out.size()));
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
-  ThreadPool* pool = &ctx.pool;
   const int64_t num_tokens = batch.num_tokens();
   const size_t dim = static_cast<size_t>(config_.hidden_size);
   const size_t hc = static_cast<size_t>(dims_.hc_mult);
@@ -184,10 +180,10 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
             batch.engram_rows.data() + (t * num_engram + *role.engram_slot) * num_cols;
         std::copy_n(src, num_cols, layer_rows.begin() + t * num_cols);
       }
-      DSV41_RETURN_IF_ERROR(layer.engram->Forward(layer_rows, num_tokens, x, {}, pool));
+      DSV41_RETURN_IF_ERROR(layer.engram->Forward(layer_rows, num_tokens, x, {}, ctx));
     }
     // §4.4: attention sublayer, collapsed with the incoming pre-mix.
-    ComputeMixRows(x, num_tokens, layer.hc_attn, dims_, mix_attn, pool);
+    ComputeMixRows(x, num_tokens, layer.hc_attn, dims_, mix_attn, ctx);
     HcPreRows(x, pi, num_tokens, sub_in);
     RmsNormRows(sub_in, num_tokens, layer.attn_norm, norm_eps_, sub_in);
     if (layer.compressor) layer.compressor->Forward(sub_in, batch.requests, cache, ctx);
@@ -210,7 +206,7 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
       HcPost(sub_out.subspan(t * dim, dim), xt, mix_attn[t], xt);
     }
     // FFN sublayer, collapsed with the attention's pre-mix.
-    ComputeMixRows(x, num_tokens, layer.hc_ffn, dims_, mix_ffn, pool);
+    ComputeMixRows(x, num_tokens, layer.hc_ffn, dims_, mix_ffn, ctx);
     for (int64_t t = 0; t < num_tokens; ++t) {
       std::copy_n(mix_attn[t].pre.begin(), hc, pre.begin() + t * hc);
     }
@@ -240,7 +236,7 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
   }
   std::span<float> hidden = arena.Alloc<float>(num_logit_rows * dim);
   FinalHidden(head_, dims_, rows_x, rows_pi, num_logit_rows, hidden);
-  HeadLogits(head_, hidden, num_logit_rows, logits_out, pool);
+  HeadLogits(head_, hidden, num_logit_rows, logits_out, ctx);
   return Status();
 }
 

@@ -27,7 +27,6 @@
 namespace dsv41 {
 
 class ModelWeights;
-class ThreadPool;
 
 // Per-layer intermediates of one Forward, for golden comparisons and debugging (the goldens'
 // arrays of the same names), each [layers, T, hidden_size] in batch row order.
@@ -38,12 +37,6 @@ struct ForwardTrace {
   std::vector<float> ffn_out;   // the MoE output
 };
 
-struct TextModelOptions {
-  // Every weight product through LinearRef (exact accumulation): reproduces the goldens bit for
-  // bit, slowly. The fast path differs only by the accumulation order §12.8 item 1 leaves free.
-  bool reference_linear = false;
-};
-
 // The backbone, the final norm and the head of a loaded model. Immutable after Load (views into
 // the ModelWeights, which must outlive it). Forward is engine thread only.
 class TextModel {
@@ -51,8 +44,7 @@ class TextModel {
   // Builds every layer's modules as its role in the plan says (attention; compressor on kv
   // sources; indexer on index sources; Engram fusion on Engram layers; MoE; mHC sites; norms).
   // Errors name the tensor.
-  static Result<std::unique_ptr<TextModel>> Load(const ModelWeights& weights,
-                                                 const TextModelOptions& options = {});
+  static Result<std::unique_ptr<TextModel>> Load(const ModelWeights& weights);
 
   const ModelConfig& config() const { return config_; }
   // A first size for the step arena of steps of up to `max_tokens` tokens: the largest
@@ -68,7 +60,7 @@ class TextModel {
   // row changes: rows not covering the tokens, a block table missing a block the step touches, a
   // cache laid out for another model, a token id outside the vocabulary, bad Engram rows.
   // Temporaries come from ctx.arena (given back before returning); work is split over ctx.pool,
-  // whose thread count never changes a bit.
+  // whose thread count never changes a bit; weight products accumulate as ctx.numerics says.
   Status Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
                  ExecContext& ctx, ForwardTrace* trace = nullptr) const;
 

@@ -83,12 +83,12 @@ void FinalHidden(const HeadWeights& weights, const MhcDims& dims, std::span<cons
 }
 
 void HeadLogits(const HeadWeights& weights, std::span<const float> hidden, int64_t rows,
-                std::span<float> logits, ThreadPool* pool) {
+                std::span<float> logits, ExecContext& ctx) {
   DSV41_CHECK(rows >= 0 && hidden.size() == static_cast<size_t>(rows * weights.hidden_size) &&
                   logits.size() == static_cast<size_t>(rows * weights.vocab_size),
               "HeadLogits: %lld rows, hidden %zu, logits %zu", static_cast<long long>(rows),
               hidden.size(), logits.size());
-  Linear(weights.head, hidden, rows, logits, LinearOptionsFor(weights.head), pool);
+  LinearProduct(weights.head, hidden, rows, logits, ctx);
 }
 
 }  // namespace dsv41

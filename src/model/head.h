@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "base/exec_context.h"
 #include "base/status.h"
 #include "kernels/linear.h"
 #include "model/mhc.h"
@@ -15,7 +16,6 @@
 namespace dsv41 {
 
 class ModelWeights;
-class ThreadPool;
 
 // Views of embed.weight, norm.weight and head.weight (all BF16).
 struct HeadWeights {
@@ -42,8 +42,8 @@ void FinalHidden(const HeadWeights& weights, const MhcDims& dims, std::span<cons
 
 // logits [rows, vocab] = head · hidden[row] in fp32 (model.md §12.4: the bf16 weight upcast, fp32
 // input, no activation quantisation; a quantised head of an unknown checkpoint would quantise it,
-// by §12.4's rule). The GEMM accumulation order is the kernel's (§12.8 item 1). pool may be null.
+// by §12.4's rule). The GEMM accumulation order is the kernel's (§12.8 item 1).
 void HeadLogits(const HeadWeights& weights, std::span<const float> hidden, int64_t rows,
-                std::span<float> logits, ThreadPool* pool);
+                std::span<float> logits, ExecContext& ctx);
 
 }  // namespace dsv41

@@ -112,7 +112,6 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
                       IndexerDebug* debug) const {
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
-  ThreadPool* pool = &ctx.pool;
   const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
   const int64_t num_heads = config_.index_n_heads;
   const int64_t head_dim = config_.index_head_dim;
@@ -133,9 +132,9 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
   // Step 1: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head; step 2: w = bf16(bf16(weights_proj
   // · x) · c). Both over every row of the step.
   std::span<float> qi = arena.Alloc<float>(t_count * num_heads * head_dim);
-  LinearBf16(wq_b_, qr, t_count, qi, pool);
+  LinearBf16(wq_b_, qr, t_count, qi, ctx);
   std::span<float> w = arena.Alloc<float>(t_count * num_heads);
-  LinearBf16(weights_proj_, x, t_count, w, pool);
+  LinearBf16(weights_proj_, x, t_count, w, ctx);
   for (float& v : w) v = Bf16Round(v * weight_scale_);
   const int64_t half = rope_.rope_dim() / 2;
   std::span<float> cos = arena.Alloc<float>(half);

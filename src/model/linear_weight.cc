@@ -83,9 +83,14 @@ Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view pre
   return w;
 }
 
+void LinearProduct(const LinearWeight& w, std::span<const float> x, int64_t rows,
+                   std::span<float> y, ExecContext& ctx) {
+  Linear(w, x, rows, y, LinearOptionsFor(w), ctx);
+}
+
 void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
-                ThreadPool* pool) {
-  Linear(w, x, rows, y, LinearOptionsFor(w), pool);
+                ExecContext& ctx) {
+  LinearProduct(w, x, rows, y, ctx);
   for (float& v : y) v = Bf16Round(v);
 }
 

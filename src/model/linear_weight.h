@@ -24,15 +24,21 @@ Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view pre
 Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view prefix, int64_t out,
                                int64_t in);
 
-// Whether the product with `w` quantises its input first (model.md §12.3): FP8 and FP4 weights.
+// The options of a product with `w` (model.md §12.3, §12.4): FP8 and FP4 weights quantise their
+// input first. Every input of a weight product in this model holds bf16 values (RMSNorm outputs,
+// rounded projections, rounded attention outputs and SwiGLU products, Engram rows), which lets
+// the bf16 dot-product kernel compute them exactly.
 inline LinearOptions LinearOptionsFor(const LinearWeight& w) {
   return LinearOptions{.quantize_activations =
-                           w.format == WeightFormat::kFp8Block || w.format == WeightFormat::kMxfp4};
+                           w.format == WeightFormat::kFp8Block || w.format == WeightFormat::kMxfp4,
+                       .bf16_inputs = true};
 }
 
-// y = bf16(W · x) over `rows` rows, with the activation quantisation the weight's format asks for
-// (model.md §12.3, §12.4: the "bf16" outputs of the per-weight table).
+// y = W · x over `rows` rows with LinearOptionsFor(w), fp32 outputs (the "fp32" rows of §12.4).
+void LinearProduct(const LinearWeight& w, std::span<const float> x, int64_t rows,
+                   std::span<float> y, ExecContext& ctx);
+// y = bf16(W · x): the "bf16" outputs of §12.4's per-weight table.
 void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
-                ThreadPool* pool);
+                ExecContext& ctx);
 
 }  // namespace dsv41

@@ -207,7 +207,7 @@ MhcMix ComputeMix(std::span<const float> x, const MhcWeights& weights, const Mhc
 }
 
 void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeights& weights,
-                    const MhcDims& dims, std::span<MhcMix> mixes, ThreadPool* pool) {
+                    const MhcDims& dims, std::span<MhcMix> mixes, ExecContext& ctx) {
   const size_t width = static_cast<size_t>(dims.stream_values());
   const int64_t mix_rows = dims.mix_rows();
   DSV41_CHECK(
@@ -216,7 +216,8 @@ void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeigh
       streams.size(), mixes.size());
   if (rows == 0) return;
   CheckMixShapes(width, weights, dims);
-  std::vector<float> dots(rows * mix_rows);
+  ArenaScope scope(ctx.arena);
+  std::span<float> dots = ctx.arena.Alloc<float>(rows * mix_rows);
   const auto dot_items = [&](int64_t begin, int64_t end, int) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / mix_rows;
@@ -231,13 +232,8 @@ void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeigh
                            std::span<const float>(&dots[t * mix_rows], mix_rows), weights, dims);
     }
   };
-  if (pool == nullptr) {
-    dot_items(0, rows * mix_rows, 0);
-    finish(0, rows, 0);
-  } else {
-    pool->ParallelFor(rows * mix_rows, 1, dot_items);
-    pool->ParallelFor(rows, 1, finish);
-  }
+  ctx.pool.ParallelFor(rows * mix_rows, 1, dot_items);
+  ctx.pool.ParallelFor(rows, 1, finish);
 }
 
 void HcPreRows(std::span<const float> x, std::span<const float> pre, int64_t rows,

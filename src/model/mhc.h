@@ -18,12 +18,12 @@
 #include <span>
 #include <string_view>
 
+#include "base/exec_context.h"
 #include "base/status.h"
 
 namespace dsv41 {
 
 class ModelWeights;
-class ThreadPool;
 struct ModelConfig;
 
 // The largest hc_mult these fixed-size coefficient arrays hold (the release uses 4).
@@ -76,10 +76,10 @@ MhcMix InitialPreMix(int32_t hc_mult);
 MhcMix ComputeMix(std::span<const float> x, const MhcWeights& weights, const MhcDims& dims);
 
 // ComputeMix for each of `rows` tokens: streams [rows, hc_mult·hidden_size] → mixes [rows]. The
-// rows × mix_rows dot products are spread over `pool` (may be null); every value is computed as
-// ComputeMix does, so any thread count gives the same bits.
+// rows × mix_rows dot products are spread over ctx.pool; every value is computed as ComputeMix
+// does, so any thread count gives the same bits.
 void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeights& weights,
-                    const MhcDims& dims, std::span<MhcMix> mixes, ThreadPool* pool);
+                    const MhcDims& dims, std::span<MhcMix> mixes, ExecContext& ctx);
 
 // Steps 7–9 of model.md §4.2 on c [n, n] (row-major, the affine logits on input): row softmax
 // (exp of c − row max, seq-sum denominator) + eps, column normalise, then iters − 1 rounds of row

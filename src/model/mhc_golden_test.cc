@@ -171,8 +171,8 @@ TEST_P(MhcGoldenTest, RebuildsStreamsNormsPreMixesAndLogits) {
               std::span<const float>(&pre_mix[num_layers * num_tokens * hc], num_tokens * hc),
               num_tokens, hidden);
   std::vector<float> engine_logits(num_tokens * vocab);
-  ThreadPool pool(2);
-  HeadLogits(*head, hidden, num_tokens, engine_logits, &pool);
+  OwnedExecContext exec(2);
+  HeadLogits(*head, hidden, num_tokens, engine_logits, exec.ctx);
   // The scalar reference product (double accumulation) beside the kernel's fast order.
   std::vector<float> ref_logits(num_tokens * vocab);
   LinearRef(head->head, hidden, num_tokens, ref_logits, LinearOptions{});
@@ -218,9 +218,9 @@ TEST(MhcRowsTest, AnyThreadCountGivesComputeMixBits) {
   ASSERT_TRUE(site.ok()) << site.status().ToString();
 
   std::vector<MhcMix> serial(rows), threaded(rows);
-  ComputeMixRows(streams, rows, *site, dims, serial, nullptr);
-  ThreadPool pool(3);
-  ComputeMixRows(streams, rows, *site, dims, threaded, &pool);
+  OwnedExecContext one_thread(1), three_threads(3);
+  ComputeMixRows(streams, rows, *site, dims, serial, one_thread.ctx);
+  ComputeMixRows(streams, rows, *site, dims, threaded, three_threads.ctx);
   for (int64_t t = 0; t < rows; ++t) {
     const MhcMix one = ComputeMix(streams.subspan(t * width, width), *site, dims);
     for (const MhcMix* mix : {&serial[t], &threaded[t]}) {

@@ -45,14 +45,20 @@ float Score(ScoringFunc func, float z) {
 }  // namespace
 
 void RouteToken(std::span<const float> logits, std::span<const float> bias,
-                const RouterOptions& options, std::span<int32_t> experts,
-                std::span<float> weights) {
+                const RouterOptions& options, std::span<int32_t> experts, std::span<float> weights,
+                std::span<float> scratch) {
   const size_t num_experts = logits.size();
   const size_t k = static_cast<size_t>(options.top_k);
   DSV41_CHECK(bias.size() == num_experts && experts.size() == k && weights.size() == k && k >= 1 &&
                   k <= num_experts,
               "router sizes: %zu logits, %zu bias, k %zu", num_experts, bias.size(), k);
-  std::vector<float> scores(num_experts);
+  std::vector<float> owned;
+  if (scratch.size() < 2 * num_experts) {
+    owned.resize(2 * num_experts);
+    scratch = owned;
+  }
+  const std::span<float> scores = scratch.first(num_experts);
+  const std::span<float> biased = scratch.subspan(num_experts, num_experts);
   for (size_t e = 0; e < num_experts; ++e) {
     scores[e] = options.gate_temp == 1.0f ? logits[e] : logits[e] / options.gate_temp;
   }
@@ -65,19 +71,19 @@ void RouteToken(std::span<const float> logits, std::span<const float> bias,
   } else {
     for (float& z : scores) z = Score(options.scoring_func, z);
   }
-  std::vector<float> biased(num_experts);
   for (size_t e = 0; e < num_experts; ++e) biased[e] = scores[e] + bias[e];
 
   // §8 step 5: descending biased score, the lower expert id first on ties. Repeated scans with a
-  // strict comparison keep the first (lowest-id) maximum; k is small (6 in the release).
-  std::vector<bool> taken(num_experts, false);
+  // strict comparison keep the first (lowest-id) maximum; k is small (6 in the release). A chosen
+  // expert is skipped by id.
   for (size_t slot = 0; slot < k; ++slot) {
     size_t best = num_experts;
     for (size_t e = 0; e < num_experts; ++e) {
-      if (taken[e]) continue;
+      bool taken = false;
+      for (size_t s = 0; s < slot; ++s) taken |= static_cast<size_t>(experts[s]) == e;
+      if (taken) continue;
       if (best == num_experts || biased[e] > biased[best]) best = e;
     }
-    taken[best] = true;
     experts[slot] = static_cast<int32_t>(best);
     weights[slot] = scores[best];
   }
@@ -97,8 +103,7 @@ float SwigluActivation(float g, float u, float limit, float weight) {
   return weight * a;
 }
 
-Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix,
-                      const MoeOptions& options) {
+Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix) {
   const ModelConfig& config = weights.config();
   const bool is_dspark = prefix.substr(0, 4) == "mtp.";
   const int64_t num_experts = is_dspark ? config.dspark_n_routed_experts : config.n_routed_experts;
@@ -110,7 +115,6 @@ Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix,
   }
   Moe moe;
   moe.prefix_ = p;
-  moe.options_ = options;
   moe.hidden_size_ = config.hidden_size;
   moe.intermediate_size_ = config.moe_intermediate_size;
   moe.router_ =
@@ -148,39 +152,12 @@ Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix,
   return moe;
 }
 
-void Moe::Product(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
-                  ThreadPool* pool) const {
-  if (options_.reference_linear) {
-    LinearRef(w, x, rows, y, LinearOptionsFor(w));
-  } else {
-    Linear(w, x, rows, y, LinearOptionsFor(w), pool);
-  }
-}
-
-void Moe::RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
-                    std::span<const float> row_weights, std::span<float> out, std::span<float> g,
-                    std::span<float> u, ThreadPool* pool) const {
-  // §12.4: w1/w3 outputs are bf16; §12.5: the SwiGLU product is rounded to bf16 before w2.
-  Product(expert.w1, xs, rows, g, pool);
-  Product(expert.w3, xs, rows, u, pool);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float weight = row_weights.empty() ? 1.0f : row_weights[static_cast<size_t>(r)];
-    for (int64_t j = 0; j < intermediate_size_; ++j) {
-      const size_t i = static_cast<size_t>(r * intermediate_size_ + j);
-      // The shared expert's weight 1 multiplies exactly.
-      g[i] = Bf16Round(SwigluActivation(Bf16Round(g[i]), Bf16Round(u[i]), swiglu_limit_, weight));
-    }
-  }
-  Product(expert.w2, g, rows, out, pool);
-  for (float& v : out) v = Bf16Round(v);
-}
-
 void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
                   MoeRouting* routing, ExecContext& ctx, std::span<const uint8_t> in_image) const {
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
-  ThreadPool* pool = &ctx.pool;
   const int64_t hidden = hidden_size_;
+  const int64_t inter = intermediate_size_;
   const int64_t num_experts = static_cast<int64_t>(experts_.size());
   const int32_t k = router_.top_k;
   DSV41_CHECK(x.size() == static_cast<size_t>(num_tokens * hidden) && y.size() == x.size(),
@@ -189,20 +166,22 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
   DSV41_CHECK(in_image.empty() || in_image.size() == static_cast<size_t>(num_tokens),
               "in_image has %zu entries for %lld tokens", in_image.size(),
               static_cast<long long>(num_tokens));
+  if (num_tokens == 0) return;
 
   // §8 Gate: fp32 logits of the bf16-valued input against the fp32 (bf16-stored) gate weight.
   std::span<float> logits = arena.Alloc<float>(static_cast<size_t>(num_tokens * num_experts));
-  Product(gate_, x, num_tokens, logits, pool);  // bf16/f32 gate: no quantisation
+  LinearProduct(gate_, x, num_tokens, logits, ctx);  // bf16/f32 gate: no quantisation
   std::span<int32_t> chosen = arena.Alloc<int32_t>(static_cast<size_t>(num_tokens * k));
   std::span<float> chosen_weights = arena.Alloc<float>(chosen.size());
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const bool image = !in_image.empty() && in_image[static_cast<size_t>(t)] != 0;
-    RouteToken(logits.subspan(t * num_experts, num_experts), image ? bias_vl_ : bias_, router_,
-               chosen.subspan(t * k, k), chosen_weights.subspan(t * k, k));
+  {
+    std::span<float> scratch = arena.Alloc<float>(static_cast<size_t>(2 * num_experts));
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const bool image = !in_image.empty() && in_image[static_cast<size_t>(t)] != 0;
+      RouteToken(logits.subspan(t * num_experts, num_experts), image ? bias_vl_ : bias_, router_,
+                 chosen.subspan(t * k, k), chosen_weights.subspan(t * k, k), scratch);
+    }
   }
 
-  // Each expert runs once on the tokens routed to it; its bf16 outputs are added into a zero fp32
-  // accumulator in increasing expert id (§12.8 item 3), then the shared expert's.
   // Every (token, slot) assignment grouped by expert in increasing id, tokens ascending: expert e
   // owns assignments first_of[e] .. first_of[e + 1] − 1.
   const int64_t num_assigned = num_tokens * k;
@@ -228,49 +207,91 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
     if (first_of[e + 1] > first_of[e]) active[num_active++] = static_cast<int32_t>(e);
   }
 
-  // Gathered inputs, outputs and hidden activations of every assignment, drawn before any
-  // parallel region: expert e uses rows first_of[e] .. of each.
-  const int64_t inter = intermediate_size_;
+  // Rows of the hidden activations: the assignments (expert order), then the shared expert's
+  // rows (one per token). xs gathers the assignments' inputs.
+  const int64_t hidden_rows = num_assigned + num_tokens;
   std::span<float> xs = arena.Alloc<float>(static_cast<size_t>(num_assigned * hidden));
-  std::span<float> outs = arena.Alloc<float>(static_cast<size_t>(num_assigned * hidden));
-  std::span<float> gs = arena.Alloc<float>(static_cast<size_t>(num_assigned * inter));
-  std::span<float> us = arena.Alloc<float>(static_cast<size_t>(num_assigned * inter));
   for (int64_t a = 0; a < num_assigned; ++a) {
     std::copy_n(x.begin() + token_of[a] * hidden, hidden, xs.begin() + a * hidden);
   }
-  auto run_expert = [&](int64_t e, ThreadPool* expert_pool) {
-    const int64_t first = first_of[e];
-    const int64_t rows = first_of[e + 1] - first;
-    RunExpert(experts_[static_cast<size_t>(e)], xs.subspan(first * hidden, rows * hidden), rows,
-              weight_of.subspan(first, rows), outs.subspan(first * hidden, rows * hidden),
-              gs.subspan(first * inter, rows * inter), us.subspan(first * inter, rows * inter),
-              expert_pool);
+  std::span<float> gs = arena.Alloc<float>(static_cast<size_t>(hidden_rows * inter));
+  std::span<float> us = arena.Alloc<float>(gs.size());
+  std::span<float> outs = arena.Alloc<float>(static_cast<size_t>(hidden_rows * hidden));
+
+  // Experts 0..num_active−1 are the active routed ones, num_active the shared expert.
+  const auto expert_at = [&](int64_t i) -> const Expert& {
+    return i < num_active ? experts_[static_cast<size_t>(active[i])] : shared_;
   };
-  // With many experts active (several tokens in a step), each thread runs whole experts alone:
-  // one fork-join per layer instead of three per expert. With few, each expert's products are
-  // split across the threads. Linear gives the same bits either way.
-  const int num_threads = ctx.pool.num_threads();
-  if (num_threads > 1 && num_active >= 2 * num_threads) {
-    ctx.pool.ParallelFor(num_active, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
-      for (int64_t i = begin; i < end; ++i) run_expert(active[i], nullptr);
-    });
-  } else {
-    for (int64_t i = 0; i < num_active; ++i) run_expert(active[i], pool);
+  const auto first_row = [&](int64_t i) {
+    return i < num_active ? first_of[active[i]] : num_assigned;
+  };
+  const auto num_rows = [&](int64_t i) {
+    return i < num_active ? first_of[active[i] + 1] - first_of[active[i]] : num_tokens;
+  };
+  const auto prepare = [&](const LinearWeight& w, std::span<const float> in, int64_t rows) {
+    const LinearOptions options = LinearOptionsFor(w);
+    const GemmKernel kernel = SelectGemmKernel(w, options, ctx.numerics);
+    return PrepareLinearInput(w, in, rows, options, kernel,
+                              arena.Alloc<std::byte>(LinearInputBytes(w, rows, kernel)));
+  };
+  const int64_t num_units = num_active + 1;
+  std::span<LinearJob> jobs = arena.Alloc<LinearJob>(static_cast<size_t>(2 * num_units));
+
+  // w1 and w3 of every expert on its tokens, in one region (§12.4: bf16 outputs).
+  for (int64_t i = 0; i < num_units; ++i) {
+    const Expert& ex = expert_at(i);
+    const int64_t first = first_row(i), rows = num_rows(i);
+    const std::span<const float> in =
+        i < num_active ? std::span<const float>(xs).subspan(first * hidden, rows * hidden) : x;
+    const LinearInput prepared = prepare(ex.w1, in, rows);
+    jobs[2 * i] = LinearJob{&ex.w1, prepared, gs.data() + first * inter, inter};
+    jobs[2 * i + 1] = LinearJob{&ex.w3, prepared, us.data() + first * inter, inter};
   }
+  RunLinearJobs(jobs, ctx.pool);
+
+  // §8, §12.5: g = bf16(weight · SwiGLU(bf16(g), bf16(u))), the input of w2 (the shared expert's
+  // weight 1 multiplies exactly).
+  ctx.pool.ParallelFor(hidden_rows, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float weight = r < num_assigned ? weight_of[r] : 1.0f;
+      float* g = gs.data() + r * inter;
+      const float* u = us.data() + r * inter;
+      for (int64_t j = 0; j < inter; ++j) {
+        g[j] = Bf16Round(SwigluActivation(Bf16Round(g[j]), Bf16Round(u[j]), swiglu_limit_, weight));
+      }
+    }
+  });
+
+  // w2 of every expert, in one region.
+  for (int64_t i = 0; i < num_units; ++i) {
+    const Expert& ex = expert_at(i);
+    const int64_t first = first_row(i), rows = num_rows(i);
+    const LinearInput prepared =
+        prepare(ex.w2, std::span<const float>(gs).subspan(first * inter, rows * inter), rows);
+    jobs[i] = LinearJob{&ex.w2, prepared, outs.data() + first * hidden, hidden};
+  }
+  RunLinearJobs(jobs.first(static_cast<size_t>(num_units)), ctx.pool);
 
   // The bf16 expert outputs are added into a zero fp32 accumulator in increasing expert id
-  // (§12.8 item 3), then the shared expert's.
-  std::span<float> acc = arena.AllocZeroed<float>(static_cast<size_t>(num_tokens * hidden));
-  for (int64_t a = 0; a < num_assigned; ++a) {
-    float* dst = acc.data() + token_of[a] * hidden;
-    const float* src = outs.data() + a * hidden;
-    for (int64_t d = 0; d < hidden; ++d) dst[d] = dst[d] + src[d];
-  }
-  std::span<float> shared_out = arena.Alloc<float>(static_cast<size_t>(num_tokens * hidden));
-  RunExpert(shared_, x, num_tokens, {}, shared_out,
-            arena.Alloc<float>(static_cast<size_t>(num_tokens * inter)),
-            arena.Alloc<float>(static_cast<size_t>(num_tokens * inter)), pool);
-  for (size_t i = 0; i < acc.size(); ++i) y[i] = Bf16Round(acc[i] + shared_out[i]);
+  // (§12.8 item 3; assignments are in expert order), then the shared expert's; y is bf16.
+  ctx.pool.ParallelFor(num_tokens, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* dst = y.data() + t * hidden;
+      std::fill_n(dst, hidden, 0.0f);
+    }
+    for (int64_t a = 0; a < num_assigned; ++a) {
+      const int64_t t = token_of[a];
+      if (t < begin || t >= end) continue;
+      float* dst = y.data() + t * hidden;
+      const float* src = outs.data() + a * hidden;
+      for (int64_t d = 0; d < hidden; ++d) dst[d] = dst[d] + Bf16Round(src[d]);
+    }
+    for (int64_t t = begin; t < end; ++t) {
+      float* dst = y.data() + t * hidden;
+      const float* src = outs.data() + (num_assigned + t) * hidden;
+      for (int64_t d = 0; d < hidden; ++d) dst[d] = Bf16Round(dst[d] + Bf16Round(src[d]));
+    }
+  });
 
   if (routing != nullptr) {
     routing->top_k = k;

@@ -14,7 +14,6 @@
 namespace dsv41 {
 
 class ModelWeights;
-class ThreadPool;
 
 // How the router turns logits into a choice (model.md §8 Gate). Constants are fp32 once (§12.8).
 struct RouterOptions {
@@ -32,8 +31,10 @@ struct RouterOptions {
 // expert id winning every tie (§8 step 5); `experts` receives them in that selection order and
 // `weights` their unbiased scores, normalised by their seq sum in selection order + fp32(1e-20)
 // when norm_topk_prob and top_k > 1, then × routed_scaling_factor. experts/weights: [top_k].
+// scratch: at least 2·E floats (their contents are overwritten); without it RouteToken allocates.
 void RouteToken(std::span<const float> logits, std::span<const float> bias,
-                const RouterOptions& options, std::span<int32_t> experts, std::span<float> weights);
+                const RouterOptions& options, std::span<int32_t> experts, std::span<float> weights,
+                std::span<float> scratch = {});
 
 // One expert's SwiGLU activation of model.md §8 for one element, before the bf16 rounding that
 // precedes w2: g and u are the (bf16-valued) w1 and w3 outputs; with limit > 0,
@@ -47,29 +48,25 @@ struct MoeRouting {
   std::vector<float> weights;    // [T, top_k], the routing weights of `experts`
 };
 
-struct MoeOptions {
-  // Run every weight product through LinearRef (exact accumulation, one rounding) instead of the
-  // fast Linear. The goldens were made with exact accumulation, so this mode reproduces them bit
-  // for bit; the fast path differs only by the accumulation order §12.8 item 1 leaves free.
-  bool reference_linear = false;
-};
-
 // The MoE FFN of one backbone layer ("layers.N") or DSpark stage ("mtp.K"), model.md §8: router
 // (`ffn.gate`), routed experts (`ffn.experts.{e}.w{1,2,3}`) and the shared expert
 // (`ffn.shared_experts.w{1,2,3}`), each weight a view in its stored format. DSpark stages use
 // dspark_n_routed_experts / dspark_num_experts_per_tok. Move-only views into the ModelWeights it
-// was loaded from, which must outlive it. Forward keeps no state: concurrent calls are safe when
-// they use different pools (a ThreadPool runs one ParallelFor at a time).
+// was loaded from, which must outlive it. Forward keeps no state.
+//
+// Forward runs four parallel regions whatever the number of experts: the router, then w1 and w3
+// of every active expert (and the shared expert) as one batch of jobs, the SwiGLU of every
+// hidden row, then every w2 — each expert's weights are read once per step for all the tokens
+// routed to it (serving.md §6).
 class Moe {
  public:
   // Reads and checks the layer's weights (errors name the tensor).
-  static Result<Moe> Load(const ModelWeights& weights, std::string_view prefix,
-                          const MoeOptions& options = {});
+  static Result<Moe> Load(const ModelWeights& weights, std::string_view prefix);
 
   // y = MoE(x) for `num_tokens` rows. x: [T, hidden] holding bf16 values (the ffn_norm output);
   // y: [T, hidden] bf16 values. `in_image` is empty (text) or [T], nonzero where the token lies
   // inside an image span (the router then selects with bias_vl). `routing` may be null. Results
-  // do not depend on the pool's thread count.
+  // do not depend on the pool's thread count nor on which tokens share the call.
   void Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
                MoeRouting* routing, ExecContext& ctx, std::span<const uint8_t> in_image = {}) const;
 
@@ -85,20 +82,7 @@ class Moe {
   };
   Moe() = default;
 
-  // Runs `expert` on `rows` inputs xs [rows, hidden] (bf16 values) with per-row routing weights
-  // (empty: the shared expert, no weight) into out [rows, hidden] (bf16 values); g and u hold
-  // [rows, moe_intermediate_size] scratch. `pool` null: this thread alone.
-  void RunExpert(const Expert& expert, std::span<const float> xs, int64_t rows,
-                 std::span<const float> row_weights, std::span<float> out, std::span<float> g,
-                 std::span<float> u, ThreadPool* pool) const;
-
-  // y = w · x through Linear or LinearRef (options_.reference_linear), activation quantisation as
-  // the weight's format requires.
-  void Product(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
-               ThreadPool* pool) const;
-
   std::string prefix_;
-  MoeOptions options_;
   int32_t hidden_size_ = 0;
   int32_t intermediate_size_ = 0;
   RouterOptions router_;

@@ -1,0 +1,566 @@
+// The kBf16Dot Linear kernel: x86-64 with AVX512-BF16 (VDPBF16PS) and AVX512-VBMI, written with
+// intrinsics in functions compiled for those features and called only when the CPU has them
+// (Highway 1.0 has no bf16 dot-product op). Where the dot product is the faster unit (AMD Zen 4
+// runs it at twice the fp32 FMA rate) it is the default fast kernel.
+//
+// Every weight is decoded exactly to bf16: e4m3 codes through two 128-entry byte tables (VPERMI2B,
+// the bf16 bits' high and low bytes), e2m1 nibbles through two 16-entry tables (VPSHUFB), bf16 as
+// stored. One VDPBF16PS multiplies 32 bf16 pairs exactly and adds each fp32 lane's two products
+// to the lane's accumulator. The prepared activations are bf16 (exact: fq8_b32 values or the
+// caller's bf16 values) in the order the weight decode produces (see SourceElement).
+//
+// Block scales:
+//   FP8    the 32×32 tile scale 2^s is added to the decoded bf16 exponents of non-zero weights
+//   (exact
+//          while the result stays a normal bf16: scale bytes 10..246); a superblock with a byte
+//          outside that range is instead dotted unscaled into a zero partial and added to the
+//          accumulator as FMA(partial, 2^s, acc).
+//   MXFP4  always the second form: per 64-byte superblock (4 blocks of 32, one per 128-bit lane),
+//          partial = four chained dot products from zero, acc = FMA(partial, scale vector, acc).
+// The fixed order: each (output, input row) pair has one fp32 accumulator vector per chunk of
+// kChunkElements of K, a chain over the chunk's superblocks in order; at the chunk's end its 16
+// lanes are added into 16 fp64 lane sums, which are summed (fixed tree) and rounded to fp32 once.
+// The fp32 runs stay short and the cross-lane sums exact, so the result is far closer to the
+// exact sum than an fp32 reduction (small models turn one flipped bf16 rounding downstream into
+// O(1) logit changes). The register tiles and the buffered path run the same chain, so results do
+// not depend on the batch, the tiling or the thread split.
+// Domain: VDPBF16PS flushes bf16 inputs and fp32 results below 2^-126 to zero, so products of
+// unscaled weights with x must stay above that — always so for fq8_b32 activations (|x| >= 2^-31
+// or 0) and for any activation a model computes; raw inputs near 2^-120 are outside it.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/linear_internal.h"
+#include "numerics/block_quant.h"
+#include "numerics/codecs.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DSV41_HAVE_BF16DOT 1
+#include <immintrin.h>
+// GCC 12's AVX-512 intrinsics start their masked builtins from _mm512_undefined_*() and then warn
+// about it where they are inlined.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#else
+#define DSV41_HAVE_BF16DOT 0
+#endif
+
+namespace dsv41::linear_internal {
+namespace {
+
+inline bool Likely(bool b) { return __builtin_expect(b, 1); }
+
+constexpr int64_t SuperblockElements(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kFp8Block:
+      return 64;
+    case WeightFormat::kMxfp4:
+      return 128;
+    default:
+      return 32;
+  }
+}
+
+// The element of a superblock (within it) that bf16 word `p` of the decoded superblock holds.
+// Word p is word i = p % 32 of vector z = p / 32, in 128-bit lane L = i / 8 at j = i % 8;
+// unpacklo/unpackhi (z even/odd) take bytes 0..7 / 8..15 of each lane.
+int64_t SourceElement(WeightFormat format, int64_t p) {
+  const int64_t z = p / 32, i = p % 32, lane = i / 8, j = i % 8;
+  switch (format) {
+    case WeightFormat::kFp8Block:  // 64 codes: lane L holds codes 16L..16L+15
+      return 16 * lane + 8 * z + j;
+    case WeightFormat::kMxfp4: {  // 64 bytes: z 0,1 low nibbles (even), z 2,3 high (odd)
+      const int64_t byte = 16 * lane + 8 * (z % 2) + j;
+      return 2 * byte + (z >= 2 ? 1 : 0);
+    }
+    default:
+      return p;
+  }
+}
+
+}  // namespace
+
+int64_t Bf16DotStride(const LinearWeight& w) {
+  const int64_t sb = SuperblockElements(w.format);
+  return (w.in + sb - 1) / sb * sb;
+}
+
+void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
+                    int64_t stride, uint16_t* out) {
+  const int64_t sb = SuperblockElements(format);
+  int32_t perm[128];
+  for (int64_t p = 0; p < sb; ++p) perm[p] = static_cast<int32_t>(SourceElement(format, p));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = x + r * src_stride;
+    uint16_t* dst = out + r * stride;
+    for (int64_t base = 0; base < stride; base += sb) {
+      for (int64_t p = 0; p < sb; ++p) {
+        uint32_t bits;
+        std::memcpy(&bits, src + base + perm[p], 4);
+        DSV41_DCHECK((bits & 0xFFFFu) == 0, "Linear input %a is not a bf16 value",
+                     static_cast<double>(src[base + perm[p]]));
+        dst[base + p] = static_cast<uint16_t>(bits >> 16);
+      }
+    }
+  }
+}
+
+#if DSV41_HAVE_BF16DOT
+
+#define DSV41_BF16DOT_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
+// For the per-superblock helpers: inlined into the tiles, so decoded vectors stay in registers.
+#define DSV41_BF16DOT_INLINE           \
+  inline __attribute__((always_inline, \
+                        target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
+
+bool Bf16DotSupported() {
+  static const bool supported =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+  return supported;
+}
+
+namespace {
+
+// The bf16 bits of e4m3 magnitude codes 0..127 (exact; 0x7F, the NaN code, gives a bf16 NaN),
+// split into their high and low bytes.
+struct Fp8Tables {
+  alignas(64) uint8_t hi[128];
+  alignas(64) uint8_t lo[128];
+};
+const Fp8Tables& Fp8ByteTables() {
+  static const Fp8Tables tables = [] {
+    Fp8Tables t;
+    for (int c = 0; c < 128; ++c) {
+      const uint16_t b = Bf16FromF32(F32FromE4m3(static_cast<uint8_t>(c)));
+      t.hi[c] = static_cast<uint8_t>(b >> 8);
+      t.lo[c] = static_cast<uint8_t>(b & 0xFF);
+    }
+    return t;
+  }();
+  return tables;
+}
+
+// The same for the 16 e2m1 codes (sign included), repeated in each 128-bit lane for VPSHUFB.
+struct E2m1Tables {
+  alignas(64) uint8_t hi[64];
+  alignas(64) uint8_t lo[64];
+};
+const E2m1Tables& E2m1ByteTables() {
+  static const E2m1Tables tables = [] {
+    E2m1Tables t;
+    for (int i = 0; i < 64; ++i) {
+      const uint16_t b = Bf16FromF32(F32FromE2m1(static_cast<uint8_t>(i % 16)));
+      t.hi[i] = static_cast<uint8_t>(b >> 8);
+      t.lo[i] = static_cast<uint8_t>(b & 0xFF);
+    }
+    return t;
+  }();
+  return tables;
+}
+
+DSV41_BF16DOT_INLINE __m512 Dot(__m512 acc, __m512i w, __m512i x) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x);
+}
+
+// Loads bytes [offset, offset + 64) of a row of `row_bytes` bytes, zeros past its end.
+DSV41_BF16DOT_INLINE __m512i LoadRowBytes(const uint8_t* row, int64_t offset, int64_t row_bytes) {
+  const int64_t left = row_bytes - offset;
+  if (left >= 64) return _mm512_loadu_si512(row + offset);
+  const __mmask64 mask = left <= 0 ? 0 : (~uint64_t{0} >> (64 - left));
+  return _mm512_maskz_loadu_epi8(mask, row + offset);
+}
+
+// K elements per fp32 run of a pair's accumulator (a multiple of every superblock).
+inline constexpr int64_t kChunkElements = 1024;
+
+// Adds the 16 fp32 lanes of acc into the pair's 16 fp64 lane sums.
+DSV41_BF16DOT_INLINE void Flush(__m512 acc, double* sums) {
+  const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc));
+  const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(acc, 1));
+  _mm512_store_pd(sums, _mm512_add_pd(_mm512_load_pd(sums), lo));
+  _mm512_store_pd(sums + 8, _mm512_add_pd(_mm512_load_pd(sums + 8), hi));
+}
+
+// The pair's result: its fp64 lane sums added (lanes i and i + 8, then a fixed tree), rounded.
+DSV41_BF16DOT_INLINE float Finish(const double* sums) {
+  return static_cast<float>(
+      _mm512_reduce_add_pd(_mm512_add_pd(_mm512_load_pd(sums), _mm512_load_pd(sums + 8))));
+}
+
+struct Args {
+  const LinearWeight* w;
+  const uint16_t* x;  // prepared rows [rows, stride]
+  int64_t rows;
+  int64_t stride;
+  float* y;
+  int64_t y_stride;
+};
+
+// One superblock of one weight row, decoded: kZ vectors of 32 bf16, and how it joins the chain.
+template <int kZ>
+struct Decoded {
+  __m512i w[kZ];
+};
+
+// ---- per-format decoders -------------------------------------------------------------------
+// Decode(o, sb, out) fills out.w with superblock sb of row o. Scaled(o, sb, &s) returns true when
+// the superblock joins the chain as FMA(partial, s, acc) and then sets the fp32 scale vector s.
+
+struct Bf16Dec {
+  static constexpr int kZ = 1;
+  static constexpr int kSB = 32;
+  const uint8_t* weight;
+  int64_t row_bytes;
+  DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, Decoded<kZ>& out) const {
+    out.w[0] = LoadRowBytes(weight + o * row_bytes, sb * 64, row_bytes);
+  }
+  DSV41_BF16DOT_INLINE bool Scaled(int64_t, int64_t, __m512*) const { return false; }
+};
+
+struct Fp8Dec {
+  static constexpr int kZ = 2;
+  static constexpr int kSB = 64;
+  const uint8_t* weight;
+  int64_t row_bytes;  // = in
+  const uint8_t* scale;
+  int64_t tiles_in;
+  __m512i hi0, hi1, lo0, lo1;
+
+  DSV41_BF16DOT_TARGET explicit Fp8Dec(const LinearWeight& w)
+      : weight(reinterpret_cast<const uint8_t*>(w.weight.data())),
+        row_bytes(w.in),
+        scale(reinterpret_cast<const uint8_t*>(w.scale.data())),
+        tiles_in(NumTiles(w.in)) {
+    const Fp8Tables& t = Fp8ByteTables();
+    hi0 = _mm512_load_si512(t.hi);
+    hi1 = _mm512_load_si512(t.hi + 64);
+    lo0 = _mm512_load_si512(t.lo);
+    lo1 = _mm512_load_si512(t.lo + 64);
+  }
+  // The scale bytes of tile columns 2sb and 2sb + 1 of row o's 32-row group (127, i.e. 2^0, for
+  // a column past the end: its weights are zero).
+  void Bytes(int64_t o, int64_t sb, int* b0, int* b1) const {
+    const uint8_t* row = scale + (o / kBlock) * tiles_in;
+    *b0 = 2 * sb < tiles_in ? row[2 * sb] : 127;
+    *b1 = 2 * sb + 1 < tiles_in ? row[2 * sb + 1] : 127;
+  }
+  static bool InRange(int b) { return b >= 10 && b <= 246; }
+  DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, Decoded<kZ>& out) const {
+    const __m512i c = LoadRowBytes(weight + o * row_bytes, sb * 64, row_bytes);
+    const __m512i idx = _mm512_and_si512(c, _mm512_set1_epi8(0x7F));
+    const __m512i hi = _mm512_or_si512(_mm512_permutex2var_epi8(hi0, idx, hi1),
+                                       _mm512_and_si512(c, _mm512_set1_epi8(-128)));
+    const __m512i lo = _mm512_permutex2var_epi8(lo0, idx, lo1);
+    __m512i w0 = _mm512_unpacklo_epi8(lo, hi);
+    __m512i w1 = _mm512_unpackhi_epi8(lo, hi);
+    int b0, b1;
+    Bytes(o, sb, &b0, &b1);
+    if (Likely(InRange(b0) && InRange(b1))) {
+      // Lanes 0-1 hold tile column 2sb, lanes 2-3 column 2sb + 1: add s << 7 to the exponents
+      // of the non-zero values.
+      const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>((b0 - 127) * 128));
+      const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>((b1 - 127) * 128));
+      const __m512i s = _mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1);
+      const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+      w0 = _mm512_mask_add_epi16(w0, _mm512_test_epi16_mask(w0, magnitude), w0, s);
+      w1 = _mm512_mask_add_epi16(w1, _mm512_test_epi16_mask(w1, magnitude), w1, s);
+    }
+    out.w[0] = w0;
+    out.w[1] = w1;
+  }
+  DSV41_BF16DOT_INLINE bool Scaled(int64_t o, int64_t sb, __m512* s) const {
+    int b0, b1;
+    Bytes(o, sb, &b0, &b1);
+    if (Likely(InRange(b0) && InRange(b1))) return false;
+    // fp32 lanes 0-7 come from 128-bit lanes 0-1 (column 2sb), lanes 8-15 from column 2sb + 1.
+    const __m256 f0 = _mm256_set1_ps(F32FromE8m0(static_cast<uint8_t>(b0)));
+    const __m256 f1 = _mm256_set1_ps(F32FromE8m0(static_cast<uint8_t>(b1)));
+    *s = _mm512_insertf32x8(_mm512_castps256_ps512(f0), f1, 1);
+    return true;
+  }
+};
+
+struct Mxfp4Dec {
+  static constexpr int kZ = 4;
+  static constexpr int kSB = 128;
+  const uint8_t* weight;
+  int64_t row_bytes;  // = in / 2
+  const uint8_t* scale;
+  int64_t blocks_in;
+  __m512i hi_table, lo_table;
+
+  DSV41_BF16DOT_TARGET explicit Mxfp4Dec(const LinearWeight& w)
+      : weight(reinterpret_cast<const uint8_t*>(w.weight.data())),
+        row_bytes(w.in / 2),
+        scale(reinterpret_cast<const uint8_t*>(w.scale.data())),
+        blocks_in(w.in / kBlock) {
+    const E2m1Tables& t = E2m1ByteTables();
+    hi_table = _mm512_load_si512(t.hi);
+    lo_table = _mm512_load_si512(t.lo);
+  }
+  DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, Decoded<kZ>& out) const {
+    const __m512i v = LoadRowBytes(weight + o * row_bytes, sb * 64, row_bytes);
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    const __m512i nlo = _mm512_and_si512(v, mask);
+    const __m512i nhi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+    const __m512i alo = _mm512_shuffle_epi8(lo_table, nlo);
+    const __m512i ahi = _mm512_shuffle_epi8(hi_table, nlo);
+    const __m512i blo = _mm512_shuffle_epi8(lo_table, nhi);
+    const __m512i bhi = _mm512_shuffle_epi8(hi_table, nhi);
+    out.w[0] = _mm512_unpacklo_epi8(alo, ahi);
+    out.w[1] = _mm512_unpackhi_epi8(alo, ahi);
+    out.w[2] = _mm512_unpacklo_epi8(blo, bhi);
+    out.w[3] = _mm512_unpackhi_epi8(blo, bhi);
+  }
+  DSV41_BF16DOT_INLINE bool Scaled(int64_t o, int64_t sb, __m512* s) const {
+    // fp32 lane q of a product covers 128-bit lane q / 4, i.e. block 4sb + q / 4 of the row.
+    const uint8_t* row = scale + o * blocks_in;
+    const int64_t first = 4 * sb;
+    uint32_t packed = 0x7F7F7F7Fu;  // 2^0 for blocks past the end (their weights are zero)
+    if (Likely(first + 4 <= blocks_in)) {
+      std::memcpy(&packed, row + first, 4);
+    } else {
+      for (int64_t i = 0; first + i < blocks_in; ++i) {
+        packed = (packed & ~(0xFFu << (8 * i))) | (uint32_t{row[first + i]} << (8 * i));
+      }
+    }
+    // Bytes 0 (2^-127, an fp32 subnormal) and 255 (NaN) need the codec: a zero byte of packed or
+    // of ~packed.
+    const auto has_zero_byte = [](uint32_t v) {
+      return ((v - 0x01010101u) & ~v & 0x80808080u) != 0;
+    };
+    if (Likely(!has_zero_byte(packed) && !has_zero_byte(~packed))) {
+      // 2^(b−127) as fp32 bits b << 23.
+      const __m128i spread =
+          _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(packed)),
+                           _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+      *s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(spread), 23));
+    } else {
+      alignas(64) float f[16];
+      for (int q = 0; q < 16; ++q)
+        f[q] = F32FromE8m0(static_cast<uint8_t>(packed >> (8 * (q / 4))));
+      *s = _mm512_load_ps(f);
+    }
+    return true;
+  }
+};
+
+// The chain step of one superblock for one pair: acc joined with the dot products of w and x.
+template <int kZ>
+DSV41_BF16DOT_INLINE __m512 Step(__m512 acc, const __m512i* w, const uint16_t* x, bool scaled,
+                                 __m512 s) {
+  if (!scaled) {
+    for (int z = 0; z < kZ; ++z) acc = Dot(acc, w[z], _mm512_loadu_si512(x + 32 * z));
+    return acc;
+  }
+  __m512 partial = _mm512_setzero_ps();
+  for (int z = 0; z < kZ; ++z) partial = Dot(partial, w[z], _mm512_loadu_si512(x + 32 * z));
+  return _mm512_fmadd_ps(partial, s, acc);
+}
+
+// ---- register tile: output rows o0..o0+kO × input rows r0..r0+kR, all of K ---------------------
+template <int kO, int kR, class Dec>
+DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_t r0) {
+  constexpr int kZ = Dec::kZ;
+  constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
+  const int64_t superblocks = a.stride / Dec::kSB;
+  alignas(64) double sums[kO][kR][16] = {};
+  for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
+    const int64_t sb_end = std::min(superblocks, sb0 + kChunkSB);
+    __m512 acc[kO][kR];
+    for (int o = 0; o < kO; ++o) {
+      for (int r = 0; r < kR; ++r) acc[o][r] = _mm512_setzero_ps();
+    }
+    for (int64_t sb = sb0; sb < sb_end; ++sb) {
+      const uint16_t* xb = a.x + r0 * a.stride + sb * Dec::kSB;
+      for (int o = 0; o < kO; ++o) {
+        Decoded<kZ> d;
+        dec.Decode(o0 + o, sb, d);
+        __m512 s = _mm512_setzero_ps();
+        const bool scaled = dec.Scaled(o0 + o, sb, &s);
+        for (int r = 0; r < kR; ++r) {
+          acc[o][r] = Step<kZ>(acc[o][r], d.w, xb + r * a.stride, scaled, s);
+        }
+      }
+    }
+    for (int o = 0; o < kO; ++o) {
+      for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums[o][r]);
+    }
+  }
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) a.y[(r0 + r) * a.y_stride + o0 + o] = Finish(sums[o][r]);
+  }
+}
+
+inline constexpr int kMaxR = 4;
+
+template <int kO, class Dec>
+DSV41_BF16DOT_TARGET void RowTiles(const Dec& dec, const Args& a, int64_t o0) {
+  int64_t r = 0;
+  for (; r + 4 <= a.rows; r += 4) Tile<kO, 4>(dec, a, o0, r);
+  switch (a.rows - r) {
+    case 3:
+      Tile<kO, 3>(dec, a, o0, r);
+      break;
+    case 2:
+      Tile<kO, 2>(dec, a, o0, r);
+      break;
+    case 1:
+      Tile<kO, 1>(dec, a, o0, r);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- buffered: many input rows -----------------------------------------------------------------
+// Per row block (kRowBlock rows), the kO weight rows of a tile are decoded chunk by chunk (one
+// fp32 run, kChunkElements of K) into wbuf, with each superblock's scale form in sbuf/scaled, and
+// every group of rows runs the same chain from there into its fp64 lane sums in sumbuf.
+template <int kO, int kR, class Dec>
+DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const __m512i* wbuf, const __m512* sbuf,
+                                    const bool* scaled, int64_t sb0, int64_t nsb, int64_t r0,
+                                    int64_t row_base, double* sumbuf) {
+  constexpr int kZ = Dec::kZ;
+  constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
+  __m512 acc[kO][kR];
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) acc[o][r] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < nsb; ++i) {
+    const uint16_t* xb = a.x + r0 * a.stride + (sb0 + i) * Dec::kSB;
+    for (int o = 0; o < kO; ++o) {
+      const __m512i* w = wbuf + (o * kChunkSB + i) * kZ;
+      const bool sc = scaled[o * kChunkSB + i];
+      const __m512 s = sbuf[o * kChunkSB + i];
+      for (int r = 0; r < kR; ++r) acc[o][r] = Step<kZ>(acc[o][r], w, xb + r * a.stride, sc, s);
+    }
+  }
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r)
+      Flush(acc[o][r], sumbuf + (o * kRowBlock + r0 + r - row_base) * 16);
+  }
+}
+
+template <int kO, class Dec>
+DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0, int64_t row_base,
+                                       int64_t row_end, __m512i* wbuf, __m512* sbuf, bool* scaled,
+                                       double* sumbuf) {
+  constexpr int kZ = Dec::kZ;
+  constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
+  const int64_t superblocks = a.stride / Dec::kSB;
+  std::fill_n(sumbuf, static_cast<size_t>(kO * kRowBlock * 16), 0.0);
+  for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
+    const int64_t nsb = std::min(kChunkSB, superblocks - sb0);
+    for (int o = 0; o < kO; ++o) {
+      for (int64_t i = 0; i < nsb; ++i) {
+        Decoded<kZ> d;
+        dec.Decode(o0 + o, sb0 + i, d);
+        for (int z = 0; z < kZ; ++z) wbuf[(o * kChunkSB + i) * kZ + z] = d.w[z];
+        __m512 s = _mm512_setzero_ps();
+        scaled[o * kChunkSB + i] = dec.Scaled(o0 + o, sb0 + i, &s);
+        sbuf[o * kChunkSB + i] = s;
+      }
+    }
+    int64_t r = row_base;
+    for (; r + kMaxR <= row_end; r += kMaxR) {
+      ChunkDots<kO, kMaxR, Dec>(a, wbuf, sbuf, scaled, sb0, nsb, r, row_base, sumbuf);
+    }
+    for (; r < row_end; ++r) {
+      ChunkDots<kO, 1, Dec>(a, wbuf, sbuf, scaled, sb0, nsb, r, row_base, sumbuf);
+    }
+  }
+  for (int o = 0; o < kO; ++o) {
+    for (int64_t r = row_base; r < row_end; ++r) {
+      a.y[r * a.y_stride + o0 + o] = Finish(sumbuf + (o * kRowBlock + r - row_base) * 16);
+    }
+  }
+}
+
+template <class Dec>
+DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& a, int64_t o_begin,
+                                     int64_t o_end) {
+  constexpr int kO = 4;
+  int64_t o = o_begin;
+  // Single rows up to the next multiple of kO keep every tile inside one 32-row FP8 group.
+  const int64_t aligned = std::min(o_end, (o_begin + kO - 1) / kO * kO);
+  if (a.rows <= kMaxR) {
+    if (a.rows == 1) {
+      // One row: eight outputs per tile give the dot products eight independent chains.
+      for (; o < aligned; ++o) Tile<1, 1>(dec, a, o, 0);
+      for (; o + 8 <= o_end && o % 8 == 0; o += 8) Tile<8, 1>(dec, a, o, 0);
+    }
+    for (; o < aligned; ++o) RowTiles<1>(dec, a, o);
+    for (; o + kO <= o_end; o += kO) RowTiles<kO>(dec, a, o);
+    for (; o < o_end; ++o) RowTiles<1>(dec, a, o);
+    return;
+  }
+  constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
+  alignas(64) __m512i wbuf[kO * kChunkSB * Dec::kZ];
+  alignas(64) __m512 sbuf[kO * kChunkSB];
+  bool scaled[kO * kChunkSB];
+  alignas(64) double sumbuf[kO * kRowBlock * 16];
+  for (int64_t row_base = 0; row_base < a.rows; row_base += kRowBlock) {
+    const int64_t row_end = std::min(a.rows, row_base + kRowBlock);
+    int64_t t = o_begin;
+    for (; t < aligned; ++t) {
+      BufferedTile<1>(dec, a, t, row_base, row_end, wbuf, sbuf, scaled, sumbuf);
+    }
+    for (; t + kO <= o_end; t += kO) {
+      BufferedTile<kO>(dec, a, t, row_base, row_end, wbuf, sbuf, scaled, sumbuf);
+    }
+    for (; t < o_end; ++t) {
+      BufferedTile<1>(dec, a, t, row_base, row_end, wbuf, sbuf, scaled, sumbuf);
+    }
+  }
+}
+
+DSV41_BF16DOT_TARGET void Outputs(const LinearWeight& w, const Args& a, int64_t o_begin,
+                                  int64_t o_end) {
+  switch (w.format) {
+    case WeightFormat::kBf16:
+      RunOutputs(Bf16Dec{reinterpret_cast<const uint8_t*>(w.weight.data()), 2 * w.in}, a, o_begin,
+                 o_end);
+      break;
+    case WeightFormat::kFp8Block:
+      RunOutputs(Fp8Dec(w), a, o_begin, o_end);
+      break;
+    case WeightFormat::kMxfp4:
+      RunOutputs(Mxfp4Dec(w), a, o_begin, o_end);
+      break;
+    case WeightFormat::kF32:
+      DSV41_CHECK(false, "the bf16 dot kernel has no fp32 weights");
+      break;
+  }
+}
+
+}  // namespace
+
+void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
+                    float* y, int64_t y_stride) {
+  DSV41_CHECK(Bf16DotSupported(), "the bf16 dot kernel needs AVX512-BF16 and AVX512-VBMI");
+  DSV41_DCHECK(x.kernel == GemmKernel::kBf16Dot && x.format == w.format && x.in == w.in,
+               "prepared input does not match the weight");
+  const Args a{&w, x.bf16, x.rows, x.stride, y, y_stride};
+  Outputs(w, a, o_begin, o_end);
+}
+
+#else  // !DSV41_HAVE_BF16DOT
+
+bool Bf16DotSupported() { return false; }
+
+void Bf16DotOutputs(const LinearWeight&, const LinearInput&, int64_t, int64_t, float*, int64_t) {
+  DSV41_CHECK(false, "the bf16 dot kernel is not built for this CPU architecture");
+}
+
+#endif  // DSV41_HAVE_BF16DOT
+
+}  // namespace dsv41::linear_internal

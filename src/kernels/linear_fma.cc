@@ -1,0 +1,589 @@
+// The kFma Linear kernel: Highway, one body per compiled target, dispatched once per call.
+//
+// Weights are never expanded in memory: each weight vector is decoded exactly to fp32 (FP8 codes
+// through binary16, MXFP4 nibbles through a table or binary16, bf16 by a shift) with its block
+// scale applied, and FMA'd into fp32 accumulators. The fixed order: each (output o, input row r)
+// pair owns one accumulator vector of N lanes per chunk of kChunk positions of K, which takes, for
+// every 32-block of the chunk in order and every group g of 2N positions within it, the products
+// of positions [2gN, 2gN + N) and then [2gN + N, 2gN + 2N) of the prepared row; at the chunk's end
+// its lanes are added into N fp64 lane sums, whose fixed-order total is rounded to fp32 once
+// (short fp32 runs, exact cross-lane sums: close to the exact sum). The register tiles (few rows,
+// weights decoded in registers) and the buffered path (weights decoded once per row block into an
+// L1 buffer, shared by every row group) run exactly that chain per pair, so a row's bits depend
+// only on (format, in, the target), never on the rows beside it, the tiling or the thread split.
+//
+// MXFP4 positions: 2N consecutive positions of a group hold the even elements of N packed bytes,
+// then their odd elements (the bytes' low and high nibbles). For the other formats positions are
+// elements.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "base/check.h"
+#include "kernels/linear_internal.h"
+#include "numerics/block_quant.h"
+#include "numerics/codecs.h"
+#include "numerics/fake_quant.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/linear_fma.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dsv41::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using linear_internal::kBlock;
+using linear_internal::kRowBlock;
+
+// At most 16 lanes: one vector covers at most half a 32-block (16 packed MXFP4 bytes).
+using DF = hn::CappedTag<float, 16>;
+using VF = hn::Vec<DF>;
+// The fp64 lane sums: an fp32 vector widens into kParts fp64 vectors (its halves; the whole of it
+// on the one-lane scalar target).
+#if HWY_TARGET == HWY_SCALAR
+using DH = DF;
+inline constexpr int kParts = 1;
+#else
+using DH = hn::Half<DF>;
+inline constexpr int kParts = 2;
+#endif
+using DD = hn::Rebind<double, DH>;
+using VD = hn::Vec<DD>;
+
+// Positions of K per fp32 run of a pair's accumulator (a multiple of 32).
+inline constexpr int64_t kChunkBlocks = 16;
+inline constexpr int64_t kChunk = kChunkBlocks * kBlock;
+
+// Adds the N fp32 lanes of acc into the pair's N fp64 lane sums (kept in memory).
+HWY_INLINE void Flush(VF acc, double* sums) {
+  const DD dd;
+  const size_t nd = hn::Lanes(dd);
+#if HWY_TARGET == HWY_SCALAR
+  hn::Store(hn::Add(hn::Load(dd, sums), hn::PromoteTo(dd, acc)), dd, sums);
+  (void)nd;
+#else
+  hn::Store(hn::Add(hn::Load(dd, sums), hn::PromoteTo(dd, hn::LowerHalf(DH(), acc))), dd, sums);
+  hn::Store(hn::Add(hn::Load(dd, sums + nd), hn::PromoteTo(dd, hn::UpperHalf(DH(), acc))), dd,
+            sums + nd);
+#endif
+}
+
+// The pair's result: its fp64 lane sums added in a fixed order, rounded once.
+HWY_INLINE float Finish(const double* sums) {
+  const DD dd;
+  VD total = hn::Load(dd, sums);
+  if constexpr (kParts == 2) total = hn::Add(total, hn::Load(dd, sums + hn::Lanes(dd)));
+  return static_cast<float>(hn::GetLane(hn::SumOfLanes(dd, total)));
+}
+
+#if HWY_TARGET <= HWY_AVX3
+inline constexpr int kMaxR = 4;  // 32 vector registers: 4 × 4 accumulators + rows' x + weights
+#else
+inline constexpr int kMaxR = 2;
+#endif
+
+// 2^e as fp32 for a normal exponent (−126 <= e <= 127), by its bits.
+HWY_INLINE float Pow2(int e) {
+  const uint32_t bits = static_cast<uint32_t>(e + 127) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// ---- per-format decoders. Scales<kO>(o0, kb, f1, f2) gives block kb's factors for rows
+// o0..o0+kO and returns true when the block needs the exact two-step path;
+// Decode<kBig>(d, p, f1, f2, g, v0, v1) gives positions [2gN, 2gN + N) and [2gN + N, 2gN + 2N)
+// of the block at p as exact fp32 weights.
+
+// FP8 e4m3 through IEEE binary16: fp16 bits = sign << 15 | (e4m3 & 0x7F) << 7 is the e4m3 value
+// times 2^-8 (normals and subnormals alike), which the conversion widens exactly; the block
+// factor is then 2^(b−127+8). A scale byte above 246 would overflow that factor: such blocks take
+// the two-step path (×2^8, then ×2^(b−127)). The rows of a tile share one tile scale. (The NaN
+// codes 0x7F/0xFF decode as numbers: a corrupt checkpoint, rejected where scanned.)
+struct Fp8Decoder {
+  static constexpr int64_t kBlockBytes = kBlock;
+  const uint8_t* weight;
+  int64_t row_bytes;
+  const uint8_t* scale;
+  int64_t tiles_in;
+
+  static HWY_INLINE VF Widen(DF d, const uint8_t* p) {
+    const hn::Rebind<int8_t, DF> d8;
+    const hn::Rebind<int16_t, DF> d16;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto v16 = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+    const auto bits = hn::And(hn::ShiftLeft<7>(v16), hn::Set(d16, static_cast<int16_t>(0xBF80)));
+    return hn::PromoteTo(d, hn::BitCast(dh, bits));
+  }
+  template <bool kBig>
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float f2, size_t g, VF& v0,
+                                VF& v1) {
+    const size_t n = hn::Lanes(d);
+    const VF a = Widen(d, p + 2 * g * n);
+    const VF c = Widen(d, p + 2 * g * n + n);
+    if constexpr (kBig) {
+      const VF k256 = hn::Set(d, 256.0f);
+      const VF s = hn::Set(d, f2);
+      v0 = hn::Mul(hn::Mul(a, k256), s);
+      v1 = hn::Mul(hn::Mul(c, k256), s);
+    } else {
+      const VF f = hn::Set(d, f1);
+      v0 = hn::Mul(a, f);
+      v1 = hn::Mul(c, f);
+    }
+  }
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
+    static_assert(kBlock % kO == 0, "a tile's rows share one 32-row group");
+    const uint8_t byte = scale[(o0 / kBlock) * tiles_in + kb];
+    const bool big = byte > 246;
+    const float one = big ? 0.0f : Pow2(byte - 127 + 8);
+    const float two = big ? F32FromE8m0(byte) : 0.0f;
+    for (int o = 0; o < kO; ++o) {
+      f1[o] = one;
+      f2[o] = two;
+    }
+    return big;
+  }
+};
+
+// MXFP4: a group of N packed bytes holds N even elements (low nibbles) and N odd ones (high).
+struct Mxfp4Decoder {
+  static constexpr int64_t kBlockBytes = kBlock / 2;
+  const uint8_t* weight;
+  int64_t row_bytes;
+  const uint8_t* scale;
+  int64_t blocks_in;
+
+#if HWY_TARGET <= HWY_AVX3
+  // 16 lanes: the nibble indexes a 16-entry fp32 table of e2m1 values times 2^(b−127).
+  template <bool kBig>
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float /*f2*/, size_t /*g*/,
+                                VF& v0, VF& v1) {
+    static_assert(hn::MaxLanes(DF()) == 16);
+    HWY_ALIGN static constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                                  4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                                  -2.0f, -3.0f, -4.0f, -6.0f};
+    const hn::Rebind<uint8_t, DF> d8;
+    const hn::RebindToUnsigned<DF> du;
+    const hn::RebindToSigned<DF> di;
+    // The table times the block scale (exact: e2m1 values times a power of two), then looked up.
+    const VF table = hn::Mul(hn::Load(d, kE2m1), hn::Set(d, f1));
+    const auto v = hn::PromoteTo(du, hn::LoadU(d8, p));
+    const auto nlo = hn::BitCast(di, hn::And(v, hn::Set(du, 0xFu)));
+    const auto nhi = hn::BitCast(di, hn::ShiftRight<4>(v));
+    v0 = hn::TableLookupLanes(table, hn::IndicesFromVec(d, nlo));
+    v1 = hn::TableLookupLanes(table, hn::IndicesFromVec(d, nhi));
+  }
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
+    for (int o = 0; o < kO; ++o) {
+      const uint8_t byte = scale[(o0 + o) * blocks_in + kb];
+      // Bytes 0 (a subnormal scale) and 255 (NaN) through the codec; the rest by their bits.
+      f1[o] = (byte == 0 || byte == 255) ? F32FromE8m0(byte) : Pow2(byte - 127);
+      f2[o] = 0.0f;
+    }
+    return false;
+  }
+#else
+  // Fewer lanes: e2m1 through binary16 as for FP8: bits = sign << 15 | magnitude << 9 is the
+  // value times 2^-14; factor 2^(b−127+14), two-step above byte 240.
+  static HWY_INLINE VF Widen(DF d, hn::Vec<hn::Rebind<uint16_t, DF> > n) {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto bits = hn::Or(hn::ShiftLeft<9>(hn::And(n, hn::Set(d16, uint16_t{7}))),
+                             hn::ShiftLeft<12>(hn::And(n, hn::Set(d16, uint16_t{8}))));
+    return hn::PromoteTo(d, hn::BitCast(dh, bits));
+  }
+  template <bool kBig>
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float f2, size_t g, VF& v0,
+                                VF& v1) {
+    const hn::Rebind<uint8_t, DF> d8;
+    const hn::Rebind<uint16_t, DF> d16;
+    const auto v = hn::PromoteTo(d16, hn::LoadU(d8, p + g * hn::Lanes(d)));
+    const VF a = Widen(d, hn::And(v, hn::Set(d16, uint16_t{0xF})));
+    const VF c = Widen(d, hn::ShiftRight<4>(v));
+    if constexpr (kBig) {
+      const VF k = hn::Set(d, 16384.0f);
+      const VF s = hn::Set(d, f2);
+      v0 = hn::Mul(hn::Mul(a, k), s);
+      v1 = hn::Mul(hn::Mul(c, k), s);
+    } else {
+      const VF f = hn::Set(d, f1);
+      v0 = hn::Mul(a, f);
+      v1 = hn::Mul(c, f);
+    }
+  }
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
+    bool big = false;
+    for (int o = 0; o < kO; ++o) {
+      const uint8_t byte = scale[(o0 + o) * blocks_in + kb];
+      big |= byte > 240;
+      f1[o] = byte > 240 ? 0.0f : Pow2(byte - 127 + 14);
+      f2[o] = F32FromE8m0(byte);
+    }
+    return big;
+  }
+#endif
+};
+
+struct Bf16Decoder {
+  static constexpr int64_t kBlockBytes = 2 * kBlock;
+  const uint8_t* weight;
+  int64_t row_bytes;
+
+  static HWY_INLINE VF Widen(DF d, const uint8_t* p) {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::RebindToUnsigned<DF> du;
+    const auto v = hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p)));
+    return hn::BitCast(d, hn::ShiftLeft<16>(v));
+  }
+  template <bool kBig>
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float, float, size_t g, VF& v0, VF& v1) {
+    const size_t n = hn::Lanes(d);
+    v0 = Widen(d, p + 2 * (2 * g * n));
+    v1 = Widen(d, p + 2 * (2 * g * n + n));
+  }
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t, int64_t, float*, float*) const {
+    return false;
+  }
+};
+
+struct F32Decoder {
+  static constexpr int64_t kBlockBytes = 4 * kBlock;
+  const uint8_t* weight;
+  int64_t row_bytes;
+
+  template <bool kBig>
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float, float, size_t g, VF& v0, VF& v1) {
+    const size_t n = hn::Lanes(d);
+    v0 = hn::LoadU(d, reinterpret_cast<const float*>(p) + 2 * g * n);
+    v1 = hn::LoadU(d, reinterpret_cast<const float*>(p) + 2 * g * n + n);
+  }
+  template <int kO>
+  HWY_INLINE bool Scales(int64_t, int64_t, float*, float*) const {
+    return false;
+  }
+};
+
+struct Args {
+  const LinearWeight* w;
+  const float* x;  // prepared rows [rows, stride]
+  int64_t rows;
+  int64_t stride;
+  float* y;
+  int64_t y_stride;
+};
+
+// Pointers to block kb of rows o0..o0+kO (the zero-padded copy in `tails` for a partial last
+// block: in % 32 != 0, never MXFP4).
+template <int kO, class Decoder>
+HWY_INLINE void BlockPointers(const Decoder& dec, const Args& a, int64_t o0, int64_t kb,
+                              const uint8_t** p, uint8_t (*tails)[Decoder::kBlockBytes]) {
+  const int64_t in = a.w->in;
+  for (int o = 0; o < kO; ++o) {
+    const uint8_t* block = dec.weight + (o0 + o) * dec.row_bytes + kb * Decoder::kBlockBytes;
+    if (HWY_LIKELY((kb + 1) * kBlock <= in)) {
+      p[o] = block;
+    } else {
+      const int64_t tail_bytes = (in - kb * kBlock) * Decoder::kBlockBytes / kBlock;
+      std::memset(tails[o], 0, Decoder::kBlockBytes);
+      std::memcpy(tails[o], block, static_cast<size_t>(tail_bytes));
+      p[o] = tails[o];
+    }
+  }
+}
+
+// ---- register tile: output rows o0..o0+kO × input rows r0..r0+kR, all of K ---------------------
+template <int kO, int kR, class Decoder>
+HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  const size_t groups = static_cast<size_t>(kBlock) / (2 * n);
+  const int64_t blocks = a.stride / kBlock;
+  HWY_ALIGN double sums[kO][kR][hn::MaxLanes(DF())];
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) std::fill_n(sums[o][r], n, 0.0);
+  }
+  const float* x0 = a.x + r0 * a.stride;
+  HWY_ALIGN uint8_t tails[kO][Decoder::kBlockBytes];
+  for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
+    const int64_t kb_end = std::min(blocks, kb0 + kChunkBlocks);
+    VF acc[kO][kR];
+    for (int o = 0; o < kO; ++o) {
+      for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
+    }
+    for (int64_t kb = kb0; kb < kb_end; ++kb) {
+      const uint8_t* p[kO];
+      BlockPointers<kO>(dec, a, o0, kb, p, tails);
+      float f1[kO], f2[kO];
+      const bool big = dec.template Scales<kO>(o0, kb, f1, f2);
+      const float* xb = x0 + kb * kBlock;
+      for (size_t g = 0; g < groups; ++g) {
+        VF x0v[kR], x1v[kR];
+        for (int r = 0; r < kR; ++r) {
+          x0v[r] = hn::LoadU(d, xb + r * a.stride + 2 * g * n);
+          x1v[r] = hn::LoadU(d, xb + r * a.stride + 2 * g * n + n);
+        }
+        for (int o = 0; o < kO; ++o) {
+          VF v0, v1;
+          if (HWY_UNLIKELY(big)) {
+            Decoder::template Decode<true>(d, p[o], f1[o], f2[o], g, v0, v1);
+          } else {
+            Decoder::template Decode<false>(d, p[o], f1[o], f2[o], g, v0, v1);
+          }
+          for (int r = 0; r < kR; ++r) {
+            acc[o][r] = hn::MulAdd(v0, x0v[r], acc[o][r]);
+            acc[o][r] = hn::MulAdd(v1, x1v[r], acc[o][r]);
+          }
+        }
+      }
+    }
+    for (int o = 0; o < kO; ++o) {
+      for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums[o][r]);
+    }
+  }
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) a.y[(r0 + r) * a.y_stride + o0 + o] = Finish(sums[o][r]);
+  }
+}
+
+template <int kO, class Decoder>
+HWY_INLINE void RowTiles(const Decoder& dec, const Args& a, int64_t o0) {
+  int64_t r = 0;
+  if constexpr (kMaxR >= 4) {
+    for (; r + 4 <= a.rows; r += 4) Tile<kO, 4>(dec, a, o0, r);
+    if (a.rows - r == 3) {
+      Tile<kO, 3>(dec, a, o0, r);
+      return;
+    }
+  }
+  for (; r + 2 <= a.rows; r += 2) Tile<kO, 2>(dec, a, o0, r);
+  if (r < a.rows) Tile<kO, 1>(dec, a, o0, r);
+}
+
+// ---- buffered: many input rows -----------------------------------------------------------------
+// For a row block of up to kRowBlock rows, the kO weight rows of a tile are decoded chunk by
+// chunk (one fp32 run, kChunk positions, exact fp32, L1-resident) into wbuf in position order, and
+// every group of rows FMAs from there into its fp64 lane sums in sumbuf: the same chain per pair
+// as Tile.
+template <int kO, class Decoder>
+HWY_INLINE void DecodeChunk(const Decoder& dec, const Args& a, int64_t o0, int64_t kb0, int64_t nb,
+                            float* wbuf) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  const size_t groups = static_cast<size_t>(kBlock) / (2 * n);
+  HWY_ALIGN uint8_t tails[kO][Decoder::kBlockBytes];
+  for (int64_t kb = kb0; kb < kb0 + nb; ++kb) {
+    const uint8_t* p[kO];
+    BlockPointers<kO>(dec, a, o0, kb, p, tails);
+    float f1[kO], f2[kO];
+    const bool big = dec.template Scales<kO>(o0, kb, f1, f2);
+    for (int o = 0; o < kO; ++o) {
+      float* dst = wbuf + o * kChunk + (kb - kb0) * kBlock;
+      for (size_t g = 0; g < groups; ++g) {
+        VF v0, v1;
+        if (HWY_UNLIKELY(big)) {
+          Decoder::template Decode<true>(d, p[o], f1[o], f2[o], g, v0, v1);
+        } else {
+          Decoder::template Decode<false>(d, p[o], f1[o], f2[o], g, v0, v1);
+        }
+        hn::Store(v0, d, dst + 2 * g * n);
+        hn::Store(v1, d, dst + 2 * g * n + n);
+      }
+    }
+  }
+}
+
+// Rows r0..r0+kR of the chunk (nb blocks from block kb0), flushed into the fp64 lane sums
+// sumbuf[(o · kRowBlock + r − row_base) · N].
+template <int kO, int kR>
+HWY_INLINE void ChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t nb, int64_t r0,
+                         int64_t row_base, double* sumbuf) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  VF acc[kO][kR];
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
+  }
+  const float* x0 = a.x + r0 * a.stride + kb0 * kBlock;
+  const size_t positions = static_cast<size_t>(nb * kBlock);
+  for (size_t k = 0; k < positions; k += 2 * n) {
+    VF x0v[kR], x1v[kR];
+    for (int r = 0; r < kR; ++r) {
+      x0v[r] = hn::LoadU(d, x0 + r * a.stride + k);
+      x1v[r] = hn::LoadU(d, x0 + r * a.stride + k + n);
+    }
+    for (int o = 0; o < kO; ++o) {
+      const VF v0 = hn::Load(d, wbuf + o * kChunk + k);
+      const VF v1 = hn::Load(d, wbuf + o * kChunk + k + n);
+      for (int r = 0; r < kR; ++r) {
+        acc[o][r] = hn::MulAdd(v0, x0v[r], acc[o][r]);
+        acc[o][r] = hn::MulAdd(v1, x1v[r], acc[o][r]);
+      }
+    }
+  }
+  for (int o = 0; o < kO; ++o) {
+    for (int r = 0; r < kR; ++r) Flush(acc[o][r], sumbuf + (o * kRowBlock + r0 + r - row_base) * n);
+  }
+}
+
+template <int kO, class Decoder>
+HWY_INLINE void BufferedTile(const Decoder& dec, const Args& a, int64_t o0, int64_t row_base,
+                             int64_t row_end, float* wbuf, double* sumbuf) {
+  const DF d;
+  const size_t n = hn::Lanes(d);
+  const int64_t blocks = a.stride / kBlock;
+  std::fill_n(sumbuf, static_cast<size_t>(kO * kRowBlock) * n, 0.0);
+  for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
+    const int64_t nb = std::min(kChunkBlocks, blocks - kb0);
+    DecodeChunk<kO>(dec, a, o0, kb0, nb, wbuf);
+    int64_t r = row_base;
+    for (; r + kMaxR <= row_end; r += kMaxR) {
+      ChunkFma<kO, kMaxR>(a, wbuf, kb0, nb, r, row_base, sumbuf);
+    }
+    for (; r < row_end; ++r) ChunkFma<kO, 1>(a, wbuf, kb0, nb, r, row_base, sumbuf);
+  }
+  for (int o = 0; o < kO; ++o) {
+    for (int64_t r = row_base; r < row_end; ++r) {
+      a.y[r * a.y_stride + o0 + o] = Finish(sumbuf + (o * kRowBlock + r - row_base) * n);
+    }
+  }
+}
+
+template <class Decoder>
+void RunOutputs(const Decoder& dec, const Args& a, int64_t o_begin, int64_t o_end) {
+  constexpr int kO = 4;
+  // Single rows up to the next multiple of kO keep every tile inside one 32-row FP8 group.
+  int64_t o = o_begin;
+  const int64_t aligned = std::min(o_end, (o_begin + kO - 1) / kO * kO);
+  if (a.rows <= kMaxR) {
+    for (; o < aligned; ++o) RowTiles<1>(dec, a, o);
+    for (; o + kO <= o_end; o += kO) RowTiles<kO>(dec, a, o);
+    for (; o < o_end; ++o) RowTiles<1>(dec, a, o);
+    return;
+  }
+  const DF d;
+  HWY_ALIGN float wbuf[kO * kChunk];
+  HWY_ALIGN double sumbuf[kO * kRowBlock * hn::MaxLanes(d)];
+  for (int64_t row_base = 0; row_base < a.rows; row_base += kRowBlock) {
+    const int64_t row_end = std::min(a.rows, row_base + kRowBlock);
+    int64_t t = o_begin;
+    for (; t < aligned; ++t) BufferedTile<1>(dec, a, t, row_base, row_end, wbuf, sumbuf);
+    for (; t + kO <= o_end; t += kO) BufferedTile<kO>(dec, a, t, row_base, row_end, wbuf, sumbuf);
+    for (; t < o_end; ++t) BufferedTile<1>(dec, a, t, row_base, row_end, wbuf, sumbuf);
+  }
+}
+
+void FmaOutputsSimd(const LinearWeight& w, const float* x, int64_t rows, int64_t stride,
+                    int64_t o_begin, int64_t o_end, float* y, int64_t y_stride) {
+  const Args a{&w, x, rows, stride, y, y_stride};
+  const auto* weight = reinterpret_cast<const uint8_t*>(w.weight.data());
+  const auto* scale = reinterpret_cast<const uint8_t*>(w.scale.data());
+  switch (w.format) {
+    case WeightFormat::kBf16:
+      RunOutputs(Bf16Decoder{weight, 2 * w.in}, a, o_begin, o_end);
+      break;
+    case WeightFormat::kF32:
+      RunOutputs(F32Decoder{weight, 4 * w.in}, a, o_begin, o_end);
+      break;
+    case WeightFormat::kFp8Block:
+      RunOutputs(Fp8Decoder{weight, w.in, scale, NumTiles(w.in)}, a, o_begin, o_end);
+      break;
+    case WeightFormat::kMxfp4:
+      RunOutputs(Mxfp4Decoder{weight, w.in / 2, scale, w.in / kBlock}, a, o_begin, o_end);
+      break;
+  }
+}
+
+// The positions of one MXFP4 32-block of a prepared row: for each group of N bytes, their even
+// elements, then their odd ones.
+void ReorderMxfp4(float* x, int64_t rows, int64_t stride) {
+  const size_t n = hn::Lanes(DF());
+  float tmp[kBlock];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < stride; b += kBlock) {
+      float* block = x + r * stride + b;
+      size_t k = 0;
+      for (size_t g = 0; g < static_cast<size_t>(kBlock) / (2 * n); ++g) {
+        for (size_t i = 0; i < n; ++i) tmp[k++] = block[2 * (g * n + i)];
+        for (size_t i = 0; i < n; ++i) tmp[k++] = block[2 * (g * n + i) + 1];
+      }
+      std::copy(tmp, tmp + kBlock, block);
+    }
+  }
+}
+
+// model.md §12.3 in place on rows of `stride` floats (zero-padded to a multiple of 32): per block
+// of 32, s = Pow2Ceil(max(amax, 1e-4) · fp32(1/448)), y = clamp(x · (1/s), ±448) (exact: s is a
+// power of two), value = e4m3(y) · s. The e4m3 RNE rounding without codes: for |y| >= 2^-6 round
+// the fp32 bits to 3 mantissa bits (ties to even, carries into the exponent); below, where e4m3
+// is subnormal with spacing 2^-9, (|y| + 2^14) − 2^14 rounds to that spacing (the ulp at 2^14 is
+// 2^-9). Equal bit for bit to QuantizeActivationFq8B32 + DequantizeActivationFq8B32 (tested).
+void QuantizeActivationsSimd(float* xp, int64_t rows, int64_t stride) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const size_t n = hn::Lanes(d);
+  const VF kMax = hn::Set(d, kE4m3Max);
+  const VF kSubnormalLimit = hn::Set(d, 0x1p-6f);
+  const VF kMagic = hn::Set(d, 0x1p14f);
+  const auto kHalfUlp = hn::Set(du, 0x7FFFFu);
+  const auto kKeep = hn::Set(du, 0xFFF00000u);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < stride; b += kBlock) {
+      float* block = xp + r * stride + b;
+      VF amax_v = hn::Zero(d);
+      for (size_t j = 0; j < static_cast<size_t>(kBlock); j += n) {
+        amax_v = hn::Max(amax_v, hn::Abs(hn::LoadU(d, block + j)));
+      }
+      const float amax = std::max(hn::GetLane(hn::MaxOfLanes(d, amax_v)), 1e-4f);
+      const float scale = Pow2Ceil(amax * (1.0f / 448.0f));
+      const VF s = hn::Set(d, scale);
+      const VF inv_s = hn::Set(d, 1.0f / scale);  // exact: a power of two
+      for (size_t j = 0; j < static_cast<size_t>(kBlock); j += n) {
+        const VF x = hn::LoadU(d, block + j);
+        const VF y = hn::Min(hn::Max(hn::Mul(x, inv_s), hn::Neg(kMax)), kMax);
+        const auto bits = hn::BitCast(du, y);
+        const auto odd = hn::And(hn::ShiftRight<20>(bits), hn::Set(du, 1u));
+        const VF normal = hn::BitCast(d, hn::And(hn::Add(bits, hn::Add(kHalfUlp, odd)), kKeep));
+        const VF a = hn::Abs(y);
+        const VF sub = hn::CopySignToAbs(hn::Sub(hn::Add(a, kMagic), kMagic), y);
+        const VF q = hn::IfThenElse(hn::Lt(a, kSubnormalLimit), sub, normal);
+        hn::StoreU(hn::Mul(q, s), d, block + j);
+      }
+    }
+  }
+}
+
+}  // namespace dsv41::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dsv41::linear_internal {
+HWY_EXPORT(FmaOutputsSimd);
+HWY_EXPORT(QuantizeActivationsSimd);
+HWY_EXPORT(ReorderMxfp4);
+
+int64_t FmaStride(const LinearWeight& w) { return NumTiles(w.in) * kBlock; }
+
+void FmaOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
+                float* y, int64_t y_stride) {
+  DSV41_DCHECK(x.kernel == GemmKernel::kFma && x.format == w.format && x.in == w.in,
+               "prepared input does not match the weight");
+  HWY_DYNAMIC_DISPATCH(FmaOutputsSimd)(w, x.f32, x.rows, x.stride, o_begin, o_end, y, y_stride);
+}
+
+void QuantizeActivations(float* x, int64_t rows, int64_t stride) {
+  HWY_DYNAMIC_DISPATCH(QuantizeActivationsSimd)(x, rows, stride);
+}
+
+void FmaReorderMxfp4(float* x, int64_t rows, int64_t stride) {
+  HWY_DYNAMIC_DISPATCH(ReorderMxfp4)(x, rows, stride);
+}
+
+}  // namespace dsv41::linear_internal
+#endif  // HWY_ONCE

@@ -1,0 +1,44 @@
+#pragma once
+
+// Pieces shared by the Linear kernels (linear.cc, linear_fma.cc, linear_bf16dot.cc); not an API.
+
+#include <cstdint>
+
+#include "kernels/linear.h"
+
+namespace dsv41::linear_internal {
+
+inline constexpr int64_t kBlock = 32;  // K block: FP8 tile width, MXFP4 block, fq8 block
+
+// Rows of one register tile, at most: more input rows take the buffered path (weights decoded
+// once per row block into an L1 buffer), whose per-pair chains are the same.
+inline constexpr int64_t kRowBlock = 48;  // input rows per row block of the buffered path
+
+// ---- kFma (Highway, every target) -------------------------------------------------------------
+// Prepared input: fp32 [rows, stride], stride = in rounded up to 32 (zero padded); for MXFP4 each
+// 32-block holds its 16 even elements, then its 16 odd ones (the low and high nibbles of 16
+// packed bytes).
+int64_t FmaStride(const LinearWeight& w);
+void FmaOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
+                float* y, int64_t y_stride);
+// Reorders each 32-block of prepared MXFP4 rows into the kernel's positions (the even, then the
+// odd elements of each group of N bytes, N the target's lanes).
+void FmaReorderMxfp4(float* x, int64_t rows, int64_t stride);
+// model.md §12.3 in place on `rows` rows of `stride` floats (a multiple of 32, zero padded), bit
+// for bit QuantizeActivationFq8B32 + DequantizeActivationFq8B32.
+void QuantizeActivations(float* x, int64_t rows, int64_t stride);
+
+// ---- kBf16Dot (x86 AVX512-BF16) -----------------------------------------------------------------
+// Prepared input: bf16 bits [rows, stride] in the kernel's element order (see linear_bf16dot.cc),
+// stride = in rounded up to the format's superblock (bf16 32, FP8 64, MXFP4 128 elements).
+int64_t Bf16DotStride(const LinearWeight& w);
+// Converts fp32 rows holding bf16 values ([rows, src_stride], src_stride >= in, zero padded to
+// Bf16DotStride) into the kernel's order.
+void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
+                    int64_t stride, uint16_t* out);
+void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
+                    float* y, int64_t y_stride);
+// True when this build has the kernel and the CPU runs it.
+bool Bf16DotSupported();
+
+}  // namespace dsv41::linear_internal
