@@ -24,6 +24,7 @@ struct TinyFlags {
   std::optional<int32_t> candidate_source, candidate_blocks, candidate_block_size, dspark_stages;
   std::optional<int32_t> engram_heads, engram_ngram;
   std::optional<int64_t> engram_prime_start;
+  std::optional<double> engram_gib;
   std::optional<std::vector<int32_t>> ratios, kv_sources, index_sources, engram_layers,
       dspark_targets;
 };
@@ -63,6 +64,13 @@ int RunTiny(const TinyFlags& flags) {
   Override(flags.engram_layers, c.engram_layer_ids);
   Override(flags.dspark_targets, c.dspark_target_layer_ids);
   if (flags.bf16) MakeUnquantized(c);
+  if (flags.engram_gib) {
+    const Status s = SetEngramTableGib(c, *flags.engram_gib);
+    if (!s.ok()) {
+      std::fprintf(stderr, "dsv41 tiny: %s\n", s.message().c_str());
+      return 2;
+    }
+  }
 
   ProgressPrinter printer;
   Result<TinyCheckpointSummary> summary = WriteTinyCheckpoint(spec, flags.out, printer.AsFn());
@@ -107,6 +115,8 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("--engram-max-ngram", flags->engram_ngram, "engram_max_ngram_size");
   sub.add_option("--engram-prime-start", flags->engram_prime_start,
                  "engram_vocab_size: where the prime search starts (sets the table sizes)");
+  sub.add_option("--engram-gib", flags->engram_gib,
+                 "total size of the Engram tables in GiB (sets engram_vocab_size; flash: 8)");
   sub.add_option("--dspark-stages", flags->dspark_stages, "num_nextn_predict_layers");
   sub.add_option("--dspark-targets", flags->dspark_targets, "dspark_target_layer_ids")
       ->delimiter(',');

@@ -194,6 +194,13 @@ BENCHMARK_CAPTURE(BM_Linear, head_bf16, WeightFormat::kBf16, 129280, 5120, true)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Linear, gate_f32, WeightFormat::kF32, 384, 5120, true)->Apply(Rows);
+// Cache-resident slices of real shapes: the kernels' compute speed without DRAM.
+BENCHMARK_CAPTURE(BM_Linear, wo_b_slice_fp8_hot, WeightFormat::kFp8Block, 512, 8192, false)
+    ->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, expert_slice_mxfp4_hot, WeightFormat::kMxfp4, 256, 5120, false)
+    ->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Linear, head_slice_bf16_hot, WeightFormat::kBf16, 256, 5120, false)
+    ->Apply(Rows);
 // The same real shapes on the fp32-FMA kernel where the bf16 dot product is the default.
 BENCHMARK_CAPTURE(BM_Linear, expert_w1_mxfp4_fma, WeightFormat::kMxfp4, 2304, 5120, true,
                   Numerics::kFastFma)

@@ -204,30 +204,44 @@ struct Args {
   int64_t y_stride;
 };
 
-// One superblock of one weight row, decoded: kZ vectors of 32 bf16, and how it joins the chain.
+// One superblock of one weight row, decoded: kZ vectors of 32 bf16.
 template <int kZ>
 struct Decoded {
   __m512i w[kZ];
 };
 
+// How a superblock joins a pair's chain: its products straight into the accumulator, or (scaled)
+// dotted into a zero partial that is added as FMA(partial, s, acc).
+struct SbScale {
+  bool scaled = false;
+  __m512 s;       // with scaled: the fp32 factor of each lane
+  __m512i shift;  // FP8 without scaled: s << 7 per bf16 word, added to non-zero weights
+};
+
 // ---- per-format decoders -------------------------------------------------------------------
-// Decode(o, sb, out) fills out.w with superblock sb of row o. Scaled(o, sb, &s) returns true when
-// the superblock joins the chain as FMA(partial, s, acc) and then sets the fp32 scale vector s.
+// Scale(o, sb) gives superblock sb's scale form for row o (for FP8 the same for every row of o's
+// 32-row group, so tiles inside one group compute it once); Decode(o, sb, scale, out) fills
+// out.w with the decoded superblock. kAlwaysScaled: every superblock takes the scaled form.
 
 struct Bf16Dec {
   static constexpr int kZ = 1;
   static constexpr int kSB = 32;
+  static constexpr bool kAlwaysScaled = false;
+  static constexpr bool kScalePerRow = false;
   const uint8_t* weight;
   int64_t row_bytes;
-  DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, Decoded<kZ>& out) const {
-    out.w[0] = LoadRowBytes(weight + o * row_bytes, sb * 64, row_bytes);
+  DSV41_BF16DOT_INLINE const uint8_t* Row(int64_t o) const { return weight + o * row_bytes; }
+  DSV41_BF16DOT_INLINE SbScale Scale(int64_t, int64_t) const { return SbScale{}; }
+  DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, const SbScale&, Decoded<kZ>& out) const {
+    out.w[0] = LoadRowBytes(Row(o), sb * 64, row_bytes);
   }
-  DSV41_BF16DOT_INLINE bool Scaled(int64_t, int64_t, __m512*) const { return false; }
 };
 
 struct Fp8Dec {
   static constexpr int kZ = 2;
   static constexpr int kSB = 64;
+  static constexpr bool kAlwaysScaled = false;
+  static constexpr bool kScalePerRow = false;
   const uint8_t* weight;
   int64_t row_bytes;  // = in
   const uint8_t* scale;
@@ -245,52 +259,55 @@ struct Fp8Dec {
     lo0 = _mm512_load_si512(t.lo);
     lo1 = _mm512_load_si512(t.lo + 64);
   }
-  // The scale bytes of tile columns 2sb and 2sb + 1 of row o's 32-row group (127, i.e. 2^0, for
-  // a column past the end: its weights are zero).
-  void Bytes(int64_t o, int64_t sb, int* b0, int* b1) const {
-    const uint8_t* row = scale + (o / kBlock) * tiles_in;
-    *b0 = 2 * sb < tiles_in ? row[2 * sb] : 127;
-    *b1 = 2 * sb + 1 < tiles_in ? row[2 * sb + 1] : 127;
-  }
+  DSV41_BF16DOT_INLINE const uint8_t* Row(int64_t o) const { return weight + o * row_bytes; }
   static bool InRange(int b) { return b >= 10 && b <= 246; }
-  DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, Decoded<kZ>& out) const {
-    const __m512i c = LoadRowBytes(weight + o * row_bytes, sb * 64, row_bytes);
+  // Tile columns 2sb (128-bit lanes 0-1 of a decoded vector) and 2sb + 1 (lanes 2-3) of row o's
+  // 32-row group; a column past the end counts as 2^0 (its weights are zero).
+  DSV41_BF16DOT_INLINE SbScale Scale(int64_t o, int64_t sb) const {
+    const uint8_t* row = scale + (o / kBlock) * tiles_in;
+    const int b0 = 2 * sb < tiles_in ? row[2 * sb] : 127;
+    const int b1 = 2 * sb + 1 < tiles_in ? row[2 * sb + 1] : 127;
+    SbScale out;
+    if (Likely(InRange(b0) && InRange(b1))) {
+      const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>((b0 - 127) * 128));
+      const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>((b1 - 127) * 128));
+      out.shift = _mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1);
+      out.s = _mm512_setzero_ps();
+      return out;
+    }
+    // fp32 lanes 0-7 come from 128-bit lanes 0-1 (column 2sb), lanes 8-15 from column 2sb + 1.
+    out.scaled = true;
+    out.shift = _mm512_setzero_si512();
+    const __m256 f0 = _mm256_set1_ps(F32FromE8m0(static_cast<uint8_t>(b0)));
+    const __m256 f1 = _mm256_set1_ps(F32FromE8m0(static_cast<uint8_t>(b1)));
+    out.s = _mm512_insertf32x8(_mm512_castps256_ps512(f0), f1, 1);
+    return out;
+  }
+  DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, const SbScale& scale,
+                                   Decoded<kZ>& out) const {
+    const __m512i c = LoadRowBytes(Row(o), sb * 64, row_bytes);
     const __m512i idx = _mm512_and_si512(c, _mm512_set1_epi8(0x7F));
-    const __m512i hi = _mm512_or_si512(_mm512_permutex2var_epi8(hi0, idx, hi1),
-                                       _mm512_and_si512(c, _mm512_set1_epi8(-128)));
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, idx, hi1), c,
+                                                 _mm512_set1_epi8(-128), 0xF8);  // a | (b & c)
     const __m512i lo = _mm512_permutex2var_epi8(lo0, idx, lo1);
     __m512i w0 = _mm512_unpacklo_epi8(lo, hi);
     __m512i w1 = _mm512_unpackhi_epi8(lo, hi);
-    int b0, b1;
-    Bytes(o, sb, &b0, &b1);
-    if (Likely(InRange(b0) && InRange(b1))) {
-      // Lanes 0-1 hold tile column 2sb, lanes 2-3 column 2sb + 1: add s << 7 to the exponents
-      // of the non-zero values.
-      const __m256i s0 = _mm256_set1_epi16(static_cast<int16_t>((b0 - 127) * 128));
-      const __m256i s1 = _mm256_set1_epi16(static_cast<int16_t>((b1 - 127) * 128));
-      const __m512i s = _mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1);
+    if (Likely(!scale.scaled)) {
+      // Adds s << 7 to the exponents of the non-zero values.
       const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
-      w0 = _mm512_mask_add_epi16(w0, _mm512_test_epi16_mask(w0, magnitude), w0, s);
-      w1 = _mm512_mask_add_epi16(w1, _mm512_test_epi16_mask(w1, magnitude), w1, s);
+      w0 = _mm512_mask_add_epi16(w0, _mm512_test_epi16_mask(w0, magnitude), w0, scale.shift);
+      w1 = _mm512_mask_add_epi16(w1, _mm512_test_epi16_mask(w1, magnitude), w1, scale.shift);
     }
     out.w[0] = w0;
     out.w[1] = w1;
-  }
-  DSV41_BF16DOT_INLINE bool Scaled(int64_t o, int64_t sb, __m512* s) const {
-    int b0, b1;
-    Bytes(o, sb, &b0, &b1);
-    if (Likely(InRange(b0) && InRange(b1))) return false;
-    // fp32 lanes 0-7 come from 128-bit lanes 0-1 (column 2sb), lanes 8-15 from column 2sb + 1.
-    const __m256 f0 = _mm256_set1_ps(F32FromE8m0(static_cast<uint8_t>(b0)));
-    const __m256 f1 = _mm256_set1_ps(F32FromE8m0(static_cast<uint8_t>(b1)));
-    *s = _mm512_insertf32x8(_mm512_castps256_ps512(f0), f1, 1);
-    return true;
   }
 };
 
 struct Mxfp4Dec {
   static constexpr int kZ = 4;
   static constexpr int kSB = 128;
+  static constexpr bool kAlwaysScaled = true;
+  static constexpr bool kScalePerRow = true;
   const uint8_t* weight;
   int64_t row_bytes;  // = in / 2
   const uint8_t* scale;
@@ -306,8 +323,43 @@ struct Mxfp4Dec {
     hi_table = _mm512_load_si512(t.hi);
     lo_table = _mm512_load_si512(t.lo);
   }
-  DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, Decoded<kZ>& out) const {
-    const __m512i v = LoadRowBytes(weight + o * row_bytes, sb * 64, row_bytes);
+  DSV41_BF16DOT_INLINE const uint8_t* Row(int64_t o) const { return weight + o * row_bytes; }
+  // fp32 lane q of a product covers 128-bit lane q / 4, i.e. block 4sb + q / 4 of row o.
+  DSV41_BF16DOT_INLINE SbScale Scale(int64_t o, int64_t sb) const {
+    const uint8_t* row = scale + o * blocks_in;
+    const int64_t first = 4 * sb;
+    uint32_t packed = 0x7F7F7F7Fu;  // 2^0 for blocks past the end (their weights are zero)
+    if (Likely(first + 4 <= blocks_in)) {
+      std::memcpy(&packed, row + first, 4);
+    } else {
+      for (int64_t i = 0; first + i < blocks_in; ++i) {
+        packed = (packed & ~(0xFFu << (8 * i))) | (uint32_t{row[first + i]} << (8 * i));
+      }
+    }
+    SbScale out;
+    out.scaled = true;
+    out.shift = _mm512_setzero_si512();
+    // Bytes 0 (2^-127, an fp32 subnormal) and 255 (NaN) need the codec: a zero byte of packed or
+    // of ~packed.
+    const auto has_zero_byte = [](uint32_t v) {
+      return ((v - 0x01010101u) & ~v & 0x80808080u) != 0;
+    };
+    if (Likely(!has_zero_byte(packed) && !has_zero_byte(~packed))) {
+      // 2^(b−127) as fp32 bits b << 23.
+      const __m128i spread =
+          _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(packed)),
+                           _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+      out.s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(spread), 23));
+    } else {
+      alignas(64) float f[16];
+      for (int q = 0; q < 16; ++q)
+        f[q] = F32FromE8m0(static_cast<uint8_t>(packed >> (8 * (q / 4))));
+      out.s = _mm512_load_ps(f);
+    }
+    return out;
+  }
+  DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, const SbScale&, Decoded<kZ>& out) const {
+    const __m512i v = LoadRowBytes(Row(o), sb * 64, row_bytes);
     const __m512i mask = _mm512_set1_epi8(0x0F);
     const __m512i nlo = _mm512_and_si512(v, mask);
     const __m512i nhi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
@@ -320,51 +372,25 @@ struct Mxfp4Dec {
     out.w[2] = _mm512_unpacklo_epi8(blo, bhi);
     out.w[3] = _mm512_unpackhi_epi8(blo, bhi);
   }
-  DSV41_BF16DOT_INLINE bool Scaled(int64_t o, int64_t sb, __m512* s) const {
-    // fp32 lane q of a product covers 128-bit lane q / 4, i.e. block 4sb + q / 4 of the row.
-    const uint8_t* row = scale + o * blocks_in;
-    const int64_t first = 4 * sb;
-    uint32_t packed = 0x7F7F7F7Fu;  // 2^0 for blocks past the end (their weights are zero)
-    if (Likely(first + 4 <= blocks_in)) {
-      std::memcpy(&packed, row + first, 4);
-    } else {
-      for (int64_t i = 0; first + i < blocks_in; ++i) {
-        packed = (packed & ~(0xFFu << (8 * i))) | (uint32_t{row[first + i]} << (8 * i));
-      }
-    }
-    // Bytes 0 (2^-127, an fp32 subnormal) and 255 (NaN) need the codec: a zero byte of packed or
-    // of ~packed.
-    const auto has_zero_byte = [](uint32_t v) {
-      return ((v - 0x01010101u) & ~v & 0x80808080u) != 0;
-    };
-    if (Likely(!has_zero_byte(packed) && !has_zero_byte(~packed))) {
-      // 2^(b−127) as fp32 bits b << 23.
-      const __m128i spread =
-          _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(packed)),
-                           _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-      *s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(spread), 23));
-    } else {
-      alignas(64) float f[16];
-      for (int q = 0; q < 16; ++q)
-        f[q] = F32FromE8m0(static_cast<uint8_t>(packed >> (8 * (q / 4))));
-      *s = _mm512_load_ps(f);
-    }
-    return true;
-  }
 };
 
 // The chain step of one superblock for one pair: acc joined with the dot products of w and x.
 template <int kZ>
-DSV41_BF16DOT_INLINE __m512 Step(__m512 acc, const __m512i* w, const uint16_t* x, bool scaled,
-                                 __m512 s) {
-  if (!scaled) {
+DSV41_BF16DOT_INLINE __m512 Step(__m512 acc, const __m512i* w, const uint16_t* x,
+                                 const SbScale& scale) {
+  if (!scale.scaled) {
+    DSV41_UNROLL
     for (int z = 0; z < kZ; ++z) acc = Dot(acc, w[z], _mm512_loadu_si512(x + 32 * z));
     return acc;
   }
   __m512 partial = _mm512_setzero_ps();
+  DSV41_UNROLL
   for (int z = 0; z < kZ; ++z) partial = Dot(partial, w[z], _mm512_loadu_si512(x + 32 * z));
-  return _mm512_fmadd_ps(partial, s, acc);
+  return _mm512_fmadd_ps(partial, scale.s, acc);
 }
+
+// How far ahead of the superblock being decoded the weight rows are prefetched (bytes).
+inline constexpr int64_t kPrefetchBytes = 1024;
 
 // ---- register tile: output rows o0..o0+kO × input rows r0..r0+kR, all of K ---------------------
 template <int kO, int kR, class Dec>
@@ -376,22 +402,29 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
   for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
     const int64_t sb_end = std::min(superblocks, sb0 + kChunkSB);
     __m512 acc[kO][kR];
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
+      DSV41_UNROLL
       for (int r = 0; r < kR; ++r) acc[o][r] = _mm512_setzero_ps();
     }
     for (int64_t sb = sb0; sb < sb_end; ++sb) {
       const uint16_t* xb = a.x + r0 * a.stride + sb * Dec::kSB;
+      SbScale shared;
+      if constexpr (!Dec::kScalePerRow) shared = dec.Scale(o0, sb);
+      DSV41_UNROLL
       for (int o = 0; o < kO; ++o) {
+        _mm_prefetch(reinterpret_cast<const char*>(dec.Row(o0 + o) + sb * 64 + kPrefetchBytes),
+                     _MM_HINT_T0);
+        const SbScale scale = Dec::kScalePerRow ? dec.Scale(o0 + o, sb) : shared;
         Decoded<kZ> d;
-        dec.Decode(o0 + o, sb, d);
-        __m512 s = _mm512_setzero_ps();
-        const bool scaled = dec.Scaled(o0 + o, sb, &s);
-        for (int r = 0; r < kR; ++r) {
-          acc[o][r] = Step<kZ>(acc[o][r], d.w, xb + r * a.stride, scaled, s);
-        }
+        dec.Decode(o0 + o, sb, scale, d);
+        DSV41_UNROLL
+        for (int r = 0; r < kR; ++r) acc[o][r] = Step<kZ>(acc[o][r], d.w, xb + r * a.stride, scale);
       }
     }
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
+      DSV41_UNROLL
       for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums[o][r]);
     }
   }
@@ -423,64 +456,117 @@ DSV41_BF16DOT_TARGET void RowTiles(const Dec& dec, const Args& a, int64_t o0) {
 
 // ---- buffered: many input rows -----------------------------------------------------------------
 // Per row block (kRowBlock rows), the kO weight rows of a tile are decoded chunk by chunk (one
-// fp32 run, kChunkElements of K) into wbuf, with each superblock's scale form in sbuf/scaled, and
-// every group of rows runs the same chain from there into its fp64 lane sums in sumbuf.
-template <int kO, int kR, class Dec>
-DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const __m512i* wbuf, const __m512* sbuf,
-                                    const bool* scaled, int64_t sb0, int64_t nsb, int64_t r0,
-                                    int64_t row_base, double* sumbuf) {
+// fp32 run, kChunkElements of K) into wbuf, with each superblock's scale form in sbuf, and every
+// group of rows runs the same chain from there into its fp64 lane sums in sumbuf. The row groups
+// keep their rows' activations of a superblock in registers across the tile's outputs.
+template <class Dec>
+struct Buffers {
+  static constexpr int kO = 4;
+  static constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
+  alignas(64) __m512i w[kO * kChunkSB * Dec::kZ];
+  SbScale scale[kO * kChunkSB];
+  alignas(64) double sums[kO * kRowBlock * 16];
+};
+
+// Rows per group of the buffered path: their activations (kR × kZ vectors), the kO × kR
+// accumulators and the decoded weights fit the 32 vector registers.
+template <class Dec>
+constexpr int GroupRows() {
+  return Dec::kZ >= 4 ? 2 : 4;
+}
+
+template <int kO, int kR, bool kScaled, class Dec>
+DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int64_t sb0,
+                                    int64_t nsb, int64_t r0, int64_t row_base, double* sums) {
   constexpr int kZ = Dec::kZ;
-  constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
+  constexpr int64_t kChunkSB = Buffers<Dec>::kChunkSB;
   __m512 acc[kO][kR];
+  DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
+    DSV41_UNROLL
     for (int r = 0; r < kR; ++r) acc[o][r] = _mm512_setzero_ps();
   }
   for (int64_t i = 0; i < nsb; ++i) {
     const uint16_t* xb = a.x + r0 * a.stride + (sb0 + i) * Dec::kSB;
+    __m512i x[kR][kZ];
+    DSV41_UNROLL
+    for (int r = 0; r < kR; ++r) {
+      DSV41_UNROLL
+      for (int z = 0; z < kZ; ++z) x[r][z] = _mm512_loadu_si512(xb + r * a.stride + 32 * z);
+    }
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
-      const __m512i* w = wbuf + (o * kChunkSB + i) * kZ;
-      const bool sc = scaled[o * kChunkSB + i];
-      const __m512 s = sbuf[o * kChunkSB + i];
-      for (int r = 0; r < kR; ++r) acc[o][r] = Step<kZ>(acc[o][r], w, xb + r * a.stride, sc, s);
+      const __m512i* w = buf.w + (o * kChunkSB + i) * kZ;
+      if constexpr (kScaled) {
+        const SbScale& scale = buf.scale[o * kChunkSB + i];
+        DSV41_UNROLL
+        for (int r = 0; r < kR; ++r) {
+          if (Dec::kAlwaysScaled || scale.scaled) {
+            __m512 partial = _mm512_setzero_ps();
+            DSV41_UNROLL
+            for (int z = 0; z < kZ; ++z) partial = Dot(partial, w[z], x[r][z]);
+            acc[o][r] = _mm512_fmadd_ps(partial, scale.s, acc[o][r]);
+          } else {
+            DSV41_UNROLL
+            for (int z = 0; z < kZ; ++z) acc[o][r] = Dot(acc[o][r], w[z], x[r][z]);
+          }
+        }
+      } else {
+        DSV41_UNROLL
+        for (int z = 0; z < kZ; ++z) {
+          const __m512i wz = _mm512_load_si512(w + z);
+          DSV41_UNROLL
+          for (int r = 0; r < kR; ++r) acc[o][r] = Dot(acc[o][r], wz, x[r][z]);
+        }
+      }
     }
   }
+  DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
-    for (int r = 0; r < kR; ++r)
-      Flush(acc[o][r], sumbuf + (o * kRowBlock + r0 + r - row_base) * 16);
+    DSV41_UNROLL
+    for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums + (o * kRowBlock + r0 + r - row_base) * 16);
   }
+}
+
+template <int kO, bool kScaled, class Dec>
+DSV41_BF16DOT_TARGET void ChunkRows(const Args& a, const Buffers<Dec>& buf, int64_t sb0,
+                                    int64_t nsb, int64_t row_base, int64_t row_end, double* sums) {
+  constexpr int kR = GroupRows<Dec>();
+  int64_t r = row_base;
+  for (; r + kR <= row_end; r += kR)
+    ChunkDots<kO, kR, kScaled, Dec>(a, buf, sb0, nsb, r, row_base, sums);
+  for (; r < row_end; ++r) ChunkDots<kO, 1, kScaled, Dec>(a, buf, sb0, nsb, r, row_base, sums);
 }
 
 template <int kO, class Dec>
 DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0, int64_t row_base,
-                                       int64_t row_end, __m512i* wbuf, __m512* sbuf, bool* scaled,
-                                       double* sumbuf) {
+                                       int64_t row_end, Buffers<Dec>& buf) {
   constexpr int kZ = Dec::kZ;
-  constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
+  constexpr int64_t kChunkSB = Buffers<Dec>::kChunkSB;
   const int64_t superblocks = a.stride / Dec::kSB;
-  std::fill_n(sumbuf, static_cast<size_t>(kO * kRowBlock * 16), 0.0);
+  std::fill_n(buf.sums, static_cast<size_t>(kO * kRowBlock * 16), 0.0);
   for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
     const int64_t nsb = std::min(kChunkSB, superblocks - sb0);
+    bool any_scaled = false;
     for (int o = 0; o < kO; ++o) {
       for (int64_t i = 0; i < nsb; ++i) {
+        const SbScale scale = dec.Scale(o0 + o, sb0 + i);
         Decoded<kZ> d;
-        dec.Decode(o0 + o, sb0 + i, d);
-        for (int z = 0; z < kZ; ++z) wbuf[(o * kChunkSB + i) * kZ + z] = d.w[z];
-        __m512 s = _mm512_setzero_ps();
-        scaled[o * kChunkSB + i] = dec.Scaled(o0 + o, sb0 + i, &s);
-        sbuf[o * kChunkSB + i] = s;
+        dec.Decode(o0 + o, sb0 + i, scale, d);
+        for (int z = 0; z < kZ; ++z) buf.w[(o * kChunkSB + i) * kZ + z] = d.w[z];
+        buf.scale[o * kChunkSB + i] = scale;
+        any_scaled |= scale.scaled;
       }
     }
-    int64_t r = row_base;
-    for (; r + kMaxR <= row_end; r += kMaxR) {
-      ChunkDots<kO, kMaxR, Dec>(a, wbuf, sbuf, scaled, sb0, nsb, r, row_base, sumbuf);
-    }
-    for (; r < row_end; ++r) {
-      ChunkDots<kO, 1, Dec>(a, wbuf, sbuf, scaled, sb0, nsb, r, row_base, sumbuf);
+    if (Dec::kAlwaysScaled || any_scaled) {
+      ChunkRows<kO, true, Dec>(a, buf, sb0, nsb, row_base, row_end, buf.sums);
+    } else {
+      ChunkRows<kO, false, Dec>(a, buf, sb0, nsb, row_base, row_end, buf.sums);
     }
   }
   for (int o = 0; o < kO; ++o) {
     for (int64_t r = row_base; r < row_end; ++r) {
-      a.y[r * a.y_stride + o0 + o] = Finish(sumbuf + (o * kRowBlock + r - row_base) * 16);
+      a.y[r * a.y_stride + o0 + o] = Finish(buf.sums + (o * kRowBlock + r - row_base) * 16);
     }
   }
 }
@@ -503,23 +589,14 @@ DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& a, int64_t o_be
     for (; o < o_end; ++o) RowTiles<1>(dec, a, o);
     return;
   }
-  constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
-  alignas(64) __m512i wbuf[kO * kChunkSB * Dec::kZ];
-  alignas(64) __m512 sbuf[kO * kChunkSB];
-  bool scaled[kO * kChunkSB];
-  alignas(64) double sumbuf[kO * kRowBlock * 16];
+  // Per call: this thread's decode buffers (~40 KB) live on its stack.
+  Buffers<Dec> buf;
   for (int64_t row_base = 0; row_base < a.rows; row_base += kRowBlock) {
     const int64_t row_end = std::min(a.rows, row_base + kRowBlock);
     int64_t t = o_begin;
-    for (; t < aligned; ++t) {
-      BufferedTile<1>(dec, a, t, row_base, row_end, wbuf, sbuf, scaled, sumbuf);
-    }
-    for (; t + kO <= o_end; t += kO) {
-      BufferedTile<kO>(dec, a, t, row_base, row_end, wbuf, sbuf, scaled, sumbuf);
-    }
-    for (; t < o_end; ++t) {
-      BufferedTile<1>(dec, a, t, row_base, row_end, wbuf, sbuf, scaled, sumbuf);
-    }
+    for (; t < aligned; ++t) BufferedTile<1>(dec, a, t, row_base, row_end, buf);
+    for (; t + kO <= o_end; t += kO) BufferedTile<kO>(dec, a, t, row_base, row_end, buf);
+    for (; t < o_end; ++t) BufferedTile<1>(dec, a, t, row_base, row_end, buf);
   }
 }
 

@@ -141,6 +141,7 @@ struct Fp8Decoder {
     const bool big = byte > 246;
     const float one = big ? 0.0f : Pow2(byte - 127 + 8);
     const float two = big ? F32FromE8m0(byte) : 0.0f;
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
       f1[o] = one;
       f2[o] = two;
@@ -179,6 +180,7 @@ struct Mxfp4Decoder {
   }
   template <int kO>
   HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
       const uint8_t byte = scale[(o0 + o) * blocks_in + kb];
       // Bytes 0 (a subnormal scale) and 255 (NaN) through the codec; the rest by their bits.
@@ -219,6 +221,7 @@ struct Mxfp4Decoder {
   template <int kO>
   HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
     bool big = false;
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
       const uint8_t byte = scale[(o0 + o) * blocks_in + kb];
       big |= byte > 240;
@@ -285,6 +288,7 @@ template <int kO, class Decoder>
 HWY_INLINE void BlockPointers(const Decoder& dec, const Args& a, int64_t o0, int64_t kb,
                               const uint8_t** p, uint8_t (*tails)[Decoder::kBlockBytes]) {
   const int64_t in = a.w->in;
+  DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
     const uint8_t* block = dec.weight + (o0 + o) * dec.row_bytes + kb * Decoder::kBlockBytes;
     if (HWY_LIKELY((kb + 1) * kBlock <= in)) {
@@ -306,7 +310,9 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
   const size_t groups = static_cast<size_t>(kBlock) / (2 * n);
   const int64_t blocks = a.stride / kBlock;
   HWY_ALIGN double sums[kO][kR][hn::MaxLanes(DF())];
+  DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
+    DSV41_UNROLL
     for (int r = 0; r < kR; ++r) std::fill_n(sums[o][r], n, 0.0);
   }
   const float* x0 = a.x + r0 * a.stride;
@@ -314,7 +320,9 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
   for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
     const int64_t kb_end = std::min(blocks, kb0 + kChunkBlocks);
     VF acc[kO][kR];
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
+      DSV41_UNROLL
       for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
     }
     for (int64_t kb = kb0; kb < kb_end; ++kb) {
@@ -325,10 +333,12 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
       const float* xb = x0 + kb * kBlock;
       for (size_t g = 0; g < groups; ++g) {
         VF x0v[kR], x1v[kR];
+        DSV41_UNROLL
         for (int r = 0; r < kR; ++r) {
           x0v[r] = hn::LoadU(d, xb + r * a.stride + 2 * g * n);
           x1v[r] = hn::LoadU(d, xb + r * a.stride + 2 * g * n + n);
         }
+        DSV41_UNROLL
         for (int o = 0; o < kO; ++o) {
           VF v0, v1;
           if (HWY_UNLIKELY(big)) {
@@ -336,6 +346,7 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
           } else {
             Decoder::template Decode<false>(d, p[o], f1[o], f2[o], g, v0, v1);
           }
+          DSV41_UNROLL
           for (int r = 0; r < kR; ++r) {
             acc[o][r] = hn::MulAdd(v0, x0v[r], acc[o][r]);
             acc[o][r] = hn::MulAdd(v1, x1v[r], acc[o][r]);
@@ -343,11 +354,15 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
         }
       }
     }
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
+      DSV41_UNROLL
       for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums[o][r]);
     }
   }
+  DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
+    DSV41_UNROLL
     for (int r = 0; r < kR; ++r) a.y[(r0 + r) * a.y_stride + o0 + o] = Finish(sums[o][r]);
   }
 }
@@ -383,6 +398,7 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const Args& a, int64_t o0, int64
     BlockPointers<kO>(dec, a, o0, kb, p, tails);
     float f1[kO], f2[kO];
     const bool big = dec.template Scales<kO>(o0, kb, f1, f2);
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
       float* dst = wbuf + o * kChunk + (kb - kb0) * kBlock;
       for (size_t g = 0; g < groups; ++g) {
@@ -407,27 +423,34 @@ HWY_INLINE void ChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t 
   const DF d;
   const size_t n = hn::Lanes(d);
   VF acc[kO][kR];
+  DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
+    DSV41_UNROLL
     for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
   }
   const float* x0 = a.x + r0 * a.stride + kb0 * kBlock;
   const size_t positions = static_cast<size_t>(nb * kBlock);
   for (size_t k = 0; k < positions; k += 2 * n) {
     VF x0v[kR], x1v[kR];
+    DSV41_UNROLL
     for (int r = 0; r < kR; ++r) {
       x0v[r] = hn::LoadU(d, x0 + r * a.stride + k);
       x1v[r] = hn::LoadU(d, x0 + r * a.stride + k + n);
     }
+    DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
       const VF v0 = hn::Load(d, wbuf + o * kChunk + k);
       const VF v1 = hn::Load(d, wbuf + o * kChunk + k + n);
+      DSV41_UNROLL
       for (int r = 0; r < kR; ++r) {
         acc[o][r] = hn::MulAdd(v0, x0v[r], acc[o][r]);
         acc[o][r] = hn::MulAdd(v1, x1v[r], acc[o][r]);
       }
     }
   }
+  DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
+    DSV41_UNROLL
     for (int r = 0; r < kR; ++r) Flush(acc[o][r], sumbuf + (o * kRowBlock + r0 + r - row_base) * n);
   }
 }
@@ -448,6 +471,7 @@ HWY_INLINE void BufferedTile(const Decoder& dec, const Args& a, int64_t o0, int6
     }
     for (; r < row_end; ++r) ChunkFma<kO, 1>(a, wbuf, kb0, nb, r, row_base, sumbuf);
   }
+  DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
     for (int64_t r = row_base; r < row_end; ++r) {
       a.y[r * a.y_stride + o0 + o] = Finish(sumbuf + (o * kRowBlock + r - row_base) * n);

@@ -6,6 +6,10 @@
 
 #include "kernels/linear.h"
 
+// Fully unrolls a loop over a tile's outputs, rows or vectors, so that its accumulators and decoded
+// weights live in registers rather than in a stack array.
+#define DSV41_UNROLL _Pragma("GCC unroll 16")
+
 namespace dsv41::linear_internal {
 
 inline constexpr int64_t kBlock = 32;  // K block: FP8 tile width, MXFP4 block, fq8 block

@@ -138,15 +138,19 @@ std::vector<Pair> LearnMerges(const std::string& text, size_t max_merges,
   }
   std::map<Pair, int64_t> pair_counts;
   std::map<Pair, int64_t> counts_before;  // pairs touched by the current merge, old counts
-  auto add_pairs = [&](const Symbols& w, int64_t delta) {
+  // The words each pair has appeared in (possibly no longer: checked before use), so a merge
+  // visits only the words that may hold its pair — in increasing index, as a full scan would.
+  std::map<Pair, std::vector<size_t>> words_of;
+  auto add_pairs = [&](const Symbols& w, int64_t delta, size_t word) {
     for (size_t i = 0; i + 1 < w.size(); ++i) {
       const Pair pair{w[i], w[i + 1]};
       int64_t& count = pair_counts[pair];
       counts_before.emplace(pair, count);
       count += delta;
+      if (delta > 0) words_of[pair].push_back(word);
     }
   };
-  for (size_t i = 0; i < words.size(); ++i) add_pairs(words[i], counts[i]);
+  for (size_t i = 0; i < words.size(); ++i) add_pairs(words[i], counts[i], i);
   std::set<std::pair<int64_t, Pair>> by_count;  // (-count, pair): begin() is the best
   for (const auto& [pair, count] : pair_counts) by_count.insert({-count, pair});
 
@@ -157,14 +161,18 @@ std::vector<Pair> LearnMerges(const std::string& text, size_t max_merges,
     merges.push_back(best);
     const std::string merged = best.first + best.second;
     counts_before.clear();
-    for (size_t i = 0; i < words.size(); ++i) {
+    std::vector<size_t> candidates = std::move(words_of[best]);
+    words_of.erase(best);
+    std::sort(candidates.begin(), candidates.end());
+    candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+    for (const size_t i : candidates) {
       Symbols& w = words[i];
       bool has = false;
       for (size_t k = 0; k + 1 < w.size() && !has; ++k) {
         has = w[k] == best.first && w[k + 1] == best.second;
       }
       if (!has) continue;
-      add_pairs(w, -counts[i]);
+      add_pairs(w, -counts[i], i);
       Symbols out;
       for (size_t k = 0; k < w.size(); ++k) {
         if (k + 1 < w.size() && w[k] == best.first && w[k + 1] == best.second) {
@@ -175,7 +183,7 @@ std::vector<Pair> LearnMerges(const std::string& text, size_t max_merges,
         }
       }
       w = std::move(out);
-      add_pairs(w, counts[i]);
+      add_pairs(w, counts[i], i);
     }
     for (const auto& [pair, old_count] : counts_before) {
       const int64_t new_count = pair_counts[pair];

@@ -121,6 +121,86 @@ Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec) {
   return out;
 }
 
+// ---- bulk values (TinySpec::bulk_values)
+// ---------------------------------------------------------
+
+constexpr int64_t kBulkMinElements = int64_t{1} << 20;
+constexpr size_t kBulkChunkBytes = size_t{16} << 20;
+
+// Whether `weight` (the tensor a `.weight` or its `.scale` belongs to) is drawn in bulk.
+bool DrawnInBulk(const TensorSpec& weight) {
+  const int64_t elements = *NumElements(weight.shape);
+  return elements >= kBulkMinElements && RuleFor(weight.name, weight.shape).center == 0.0f;
+}
+
+// The ue8m0 byte of the power of two nearest below `amplitude / max_code` (codes of magnitude up
+// to max_code then span about ±amplitude).
+uint8_t ScaleByteFor(float amplitude, float max_code) {
+  const int e = static_cast<int>(std::floor(std::log2(amplitude / max_code)));
+  return static_cast<uint8_t>(std::clamp(e + 127, 1, 254));
+}
+
+// Streams the stored bytes of a large tensor straight in its encoding: for a quantised weight
+// (`has_scale`) random finite e4m3 codes or random MXFP4 bytes, or, when `is_scale`, its scale
+// bytes (the amplitude's power of two, ±1 at random per block); bf16 values with random signs
+// and mantissas and exponents 0–3 below the amplitude's; fp32 the same.
+Status WriteBulk(uint64_t seed, const TensorSpec& stored, const TensorSpec& weight, bool is_scale,
+                 bool has_scale, const ByteSink& sink) {
+  const Shape logical =
+      weight.dtype == DType::kI8 ? Shape{weight.shape[0], weight.shape[1] * 2} : weight.shape;
+  const float amplitude = RuleFor(weight.name, logical).amplitude;
+  const uint64_t total = TensorBytes(stored);
+  SplitMix64 rng(StreamSeed(seed, stored.name));
+  uint8_t scale_byte = 127;
+  if (is_scale) scale_byte = ScaleByteFor(amplitude, weight.dtype == DType::kI8 ? 6.0f : 448.0f);
+  uint32_t bf16_exponent = 127;
+  if (stored.dtype == DType::kBF16 || stored.dtype == DType::kF32) {
+    bf16_exponent = static_cast<uint32_t>(
+        std::clamp(static_cast<int>(std::floor(std::log2(amplitude))) + 127, 4, 250));
+  }
+  std::vector<uint8_t> chunk(kBulkChunkBytes);
+  for (uint64_t done = 0; done < total;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBulkChunkBytes, total - done));
+    for (size_t i = 0; i < n; i += 8) {
+      uint64_t v = rng.Next();
+      if (is_scale) {
+        // Each byte: the base scale, one power of two up or down at random.
+        uint64_t out = 0;
+        for (int b = 0; b < 8; ++b) {
+          const int step = static_cast<int>((v >> (8 * b)) % 3) - 1;
+          out |= static_cast<uint64_t>(scale_byte + step) << (8 * b);
+        }
+        v = out;
+      } else if (has_scale && stored.dtype == DType::kF8E4M3) {
+        // Finite codes: a magnitude of 0x7F (NaN) becomes 0x7E.
+        const uint64_t nan =
+            ((v & 0x7F7F7F7F7F7F7F7Full) + 0x0101010101010101ull) & 0x8080808080808080ull;
+        v -= nan >> 7;
+      } else if (stored.dtype == DType::kBF16) {
+        uint64_t out = 0;
+        for (int h = 0; h < 4; ++h) {
+          const uint64_t r = (v >> (16 * h)) & 0xFFFF;
+          const uint64_t e = bf16_exponent - ((r >> 7) & 3);
+          out |= (((r & 0x8000) | (e << 7) | (r & 0x7F)) & 0xFFFF) << (16 * h);
+        }
+        v = out;
+      } else if (stored.dtype == DType::kF32) {
+        uint64_t out = 0;
+        for (int h = 0; h < 2; ++h) {
+          const uint64_t r = (v >> (32 * h)) & 0xFFFFFFFFu;
+          const uint64_t e = bf16_exponent - ((r >> 23) & 3);
+          out |= ((r & 0x807FFFFFu) | (e << 23)) << (32 * h);
+        }
+        v = out;
+      }
+      std::memcpy(chunk.data() + i, &v, std::min<size_t>(8, n - i));
+    }
+    DSV41_RETURN_IF_ERROR(sink(std::as_bytes(std::span<const uint8_t>(chunk.data(), n))));
+    done += n;
+  }
+  return Status();
+}
+
 // The inventory plus the release's image tensors (ignored by the text engine but present).
 std::vector<TensorSpec> TensorsToWrite(const ModelConfig& config, const LayerPlan& plan) {
   std::vector<TensorSpec> specs = ExpectedTensors(config, plan, InventoryOptions{});
@@ -133,7 +213,8 @@ std::vector<TensorSpec> TensorsToWrite(const ModelConfig& config, const LayerPla
 // Adds every tensor of `specs` to `writer` (SafetensorsWriter or ShardedCheckpointWriter) with a
 // function that generates its bytes while the file is written. Returns the tensor bytes.
 template <typename Writer>
-Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, uint64_t seed, Writer& writer) {
+Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, uint64_t seed, bool bulk,
+                            Writer& writer) {
   std::unordered_map<std::string, const TensorSpec*> by_name;
   for (const TensorSpec& s : specs) by_name[s.name] = &s;
   uint64_t tensor_bytes = 0;
@@ -151,7 +232,12 @@ Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, uint64_t seed,
     if (EndsWith(s.name, ".weight")) {
       has_scale = by_name.count(s.name.substr(0, s.name.size() - 7) + ".scale") > 0;
     }
-    TensorBytesFn write = [seed, weight, is_scale, has_scale](const ByteSink& sink) -> Status {
+    const TensorSpec* stored = &s;
+    TensorBytesFn write = [seed, weight, stored, is_scale, has_scale,
+                           bulk](const ByteSink& sink) -> Status {
+      if (bulk && DrawnInBulk(*weight)) {
+        return WriteBulk(seed, *stored, *weight, is_scale, has_scale || is_scale, sink);
+      }
       Result<StoredBytes> bytes =
           (is_scale || has_scale) ? QuantizedBytes(seed, *weight) : PlainBytes(seed, *weight);
       if (!bytes.ok()) return bytes.status();
@@ -201,13 +287,15 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
   if (spec.num_shards <= 1) {
     SafetensorsWriter writer;
     writer.SetMetadata("format", "pt");
-    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes, AddTensors(specs, spec.seed, writer));
+    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes,
+                           AddTensors(specs, spec.seed, spec.bulk_values, writer));
     DSV41_RETURN_IF_ERROR(writer.Write((root / kSingleFileCheckpoint).string()));
   } else {
     ShardedCheckpointWriter writer(
         dir, ShardingOptions{.num_shards = static_cast<size_t>(spec.num_shards)});
     writer.SetShardMetadata("format", "pt");
-    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes, AddTensors(specs, spec.seed, writer));
+    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes,
+                           AddTensors(specs, spec.seed, spec.bulk_values, writer));
     DSV41_RETURN_IF_ERROR(writer.Finish(progress));
   }
 

@@ -93,11 +93,46 @@ ModelConfig SmallConfig() {
   return c;
 }
 
+// The released shapes in four layers (see TinyPreset).
+ModelConfig FlashConfig() {
+  ModelConfig c = ReleasedConfig();
+  c.num_hidden_layers = 4;
+  c.compress_ratios = {0, 2, 1, 1};
+  c.kv_source_layer_ids = {1, 2};
+  c.index_source_layer_ids = {1, 2};
+  c.candidate_source_layer_id = 2;
+  c.n_routed_experts = 16;
+  c.num_experts_per_tok = 6;
+  c.engram_layer_ids = {1, 3};
+  c.num_nextn_predict_layers = 3;
+  c.dspark_target_layer_ids = {1, 2, 3};
+  c.dspark_n_routed_experts = 16;
+  c.dspark_num_experts_per_tok = 3;
+  return c;
+}
+
 }  // namespace
+
+Status SetEngramTableGib(ModelConfig& config, double gib) {
+  const int64_t num_layers = static_cast<int64_t>(config.engram_layer_ids.size());
+  const int64_t primes_per_layer =
+      static_cast<int64_t>(config.engram_max_ngram_size - 1) * config.engram_n_heads;
+  if (num_layers == 0 || primes_per_layer <= 0) {
+    return InvalidArgumentError("--engram-gib: the config has no Engram tables");
+  }
+  const double row_bytes = config.engram_head_dim + config.engram_head_dim / 32.0;
+  const double rows_per_table =
+      gib * static_cast<double>(int64_t{1} << 30) / (row_bytes * static_cast<double>(num_layers));
+  // Each table holds one prime-sized segment per (order, head), primes from engram_vocab_size up.
+  const auto start = static_cast<int64_t>(rows_per_table / static_cast<double>(primes_per_layer));
+  if (!(gib > 0) || start < 2) return InvalidArgumentError("--engram-gib %g is too small", gib);
+  config.engram_vocab_size = start;
+  return Status();
+}
 
 void MakeUnquantized(ModelConfig& config) { config.quantization = QuantizationConfig{}; }
 
-std::vector<std::string_view> TinyPresetNames() { return {"tiny", "tiny-bf16", "small"}; }
+std::vector<std::string_view> TinyPresetNames() { return {"tiny", "tiny-bf16", "small", "flash"}; }
 
 Result<TinySpec> TinyPreset(std::string_view name) {
   TinySpec spec;
@@ -109,6 +144,11 @@ Result<TinySpec> TinyPreset(std::string_view name) {
   } else if (name == "small") {
     spec.config = SmallConfig();
     spec.num_shards = 4;
+  } else if (name == "flash") {
+    spec.config = FlashConfig();
+    DSV41_RETURN_IF_ERROR(SetEngramTableGib(spec.config, 8.0));
+    spec.num_shards = 12;
+    spec.bulk_values = true;
   } else {
     std::string known;
     for (std::string_view n : TinyPresetNames())

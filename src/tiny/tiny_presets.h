@@ -15,6 +15,10 @@ struct TinySpec {
   ModelConfig config;
   uint64_t seed = 1;
   int32_t num_shards = 3;  // model-0000k-of-0000N.safetensors; 1 writes model.safetensors
+  // Large tensors (>= 2^20 elements, zero-centred) drawn directly in their stored encoding —
+  // random finite e4m3 codes, MXFP4 bytes and bf16 values at the tensor's magnitude, with scale
+  // bytes to match — instead of quantising drawn fp32 values: real-sized checkpoints in minutes.
+  bool bulk_values = false;
 };
 
 // Names of the built-in presets, the default first.
@@ -26,10 +30,21 @@ std::vector<std::string_view> TinyPresetNames();
 //              FP8 + MXFP4 weights (checkpoint.md §8.2). The Quick start's built-in model.
 //   tiny-bf16  the same structure with unquantised BF16 weights (no .scale tensors).
 //   small      the same structure at ~1.2 GB of weights, for speed baselines.
+//   flash      the released model's layer shapes (hidden 5120, 64 heads of 512, q rank 1280, 8
+//              output groups of rank 1024, indexer 32 × 128 top-512, window 128, experts of 2304,
+//              vocabulary 129280, 4 mHC streams, the released Engram row format) in 4 layers —
+//              SWA-only, Full r2 + Engram, Full r1 + candidate source, Reuse + Engram — with 16
+//              routed experts (top 6) plus the shared one and 3 DSpark stages; bulk values;
+//              Engram tables of 8 GiB in all (SetEngramTableGib changes that). About 14 GB.
 // InvalidArgument naming the preset and the known names when unknown.
 Result<TinySpec> TinyPreset(std::string_view name);
 
 // Switches `config` to unquantised BF16 weights (the Engram tables stay FP8, model.md §1.1 rule 2).
 void MakeUnquantized(ModelConfig& config);
+
+// Sets engram_vocab_size (where the prime search starts) so that the Engram tables of `config`
+// hold about `gib` GiB in all (FP8 rows of engram_head_dim bytes plus their ue8m0 scales).
+// InvalidArgument for a config without Engram layers or a size below one row per prime.
+Status SetEngramTableGib(ModelConfig& config, double gib);
 
 }  // namespace dsv41
