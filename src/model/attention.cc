@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "checkpoint/dtype.h"
+#include "kernels/exact_sum.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -93,6 +94,9 @@ void SinkAttention(std::span<const float> q, std::span<const float* const> keys,
   std::vector<float> heap_acc(dim > kStackDims ? dim : 0);
   const std::span<float> acc(dim > kStackDims ? heap_acc.data() : stack_acc, dim);
   std::fill(acc.begin(), acc.end(), 0.0f);
+  float stack_pv[kStackDims];
+  std::vector<float> heap_pv(dim > kStackDims ? dim : 0);
+  const std::span<float> pv(dim > kStackDims ? heap_pv.data() : stack_pv, dim);
   float scores[kAttentionKeyBlock];
   float probs[kAttentionKeyBlock];
   float probs_bf16[kAttentionKeyBlock];
@@ -102,19 +106,17 @@ void SinkAttention(std::span<const float> q, std::span<const float* const> keys,
     const size_t n = std::min<size_t>(kAttentionKeyBlock, keys.size() - begin);
     float block_max = -INFINITY;
     for (size_t k = 0; k < n; ++k) {
-      scores[k] = ExactDot(q, std::span<const float>(keys[begin + k], dim)) * scale;
+      scores[k] = ExactDotSimd(q, std::span<const float>(keys[begin + k], dim)) * scale;
       block_max = std::max(block_max, scores[k]);
     }
     const float m_new = std::max(m, block_max);
     const float alpha = CrExp(m - m_new);
     for (size_t k = 0; k < n; ++k) probs[k] = CrExp(scores[k] - m_new);
-    den = den * alpha + ExactSum(std::span<const float>(probs, n));
+    den = den * alpha + ExactSumSimd(std::span<const float>(probs, n));
     for (size_t k = 0; k < n; ++k) probs_bf16[k] = Bf16Round(probs[k]);
-    for (size_t d = 0; d < dim; ++d) {
-      const float pv = ExactDotColumn(std::span<const float>(probs_bf16, n),
-                                      std::span<const float* const>(keys.data() + begin, n), d);
-      acc[d] = acc[d] * alpha + pv;
-    }
+    ExactDotColumnsSimd(std::span<const float>(probs_bf16, n),
+                        std::span<const float* const>(keys.data() + begin, n), pv);
+    for (size_t d = 0; d < dim; ++d) acc[d] = acc[d] * alpha + pv[d];
     m = m_new;
   }
   den = den + CrExp(sink - m);

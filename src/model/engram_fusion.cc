@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "checkpoint/dtype.h"
+#include "kernels/exact_sum.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -192,7 +193,7 @@ void EngramFusion::FuseToken(const float* kv, float* streams, float* gate, bool 
     const std::span<const float> h_span(h, hidden);
     const std::span<const float> key_span(key, hidden);
     const float r =
-        CrRsqrt(ExactMeanSquare(h_span) + eps_) * CrRsqrt(ExactMeanSquare(key_span) + eps_);
+        CrRsqrt(ExactMeanSquareSimd(h_span) + eps_) * CrRsqrt(ExactMeanSquareSimd(key_span) + eps_);
     ExactAccumulator sum;
     // fp32(fp32(H·w)·K) per element (H·w is exact: 8- and 16-bit significands; the product with
     // K is rounded), then the exact sum of those, rounded once (§9.6, §12.8 item 2).

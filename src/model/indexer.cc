@@ -6,6 +6,7 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "kernels/exact_sum.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -184,15 +185,15 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
         for (int32_t e = e_begin; e < e_end; ++e) {
           const float* k = keys.data() + static_cast<size_t>(e) * head_dim;
           for (int64_t h = 0; h < num_heads; ++h) {
-            const float dot =
-                Bf16Round(ExactDot(std::span<const float>(q_req + (t * num_heads + h) * head_dim,
-                                                          static_cast<size_t>(head_dim)),
-                                   std::span<const float>(k, static_cast<size_t>(head_dim))));
+            const float dot = Bf16Round(
+                ExactDotSimd(std::span<const float>(q_req + (t * num_heads + h) * head_dim,
+                                                    static_cast<size_t>(head_dim)),
+                             std::span<const float>(k, static_cast<size_t>(head_dim))));
             const float relu = dot > 0.0f ? dot : 0.0f;
             terms[h] = Bf16Round(w_req[t * num_heads + h] * relu);
           }
-          scores[t * n + e] =
-              Bf16Round(ExactSum(std::span<const float>(terms, static_cast<size_t>(num_heads))));
+          scores[t * n + e] = Bf16Round(
+              ExactSumSimd(std::span<const float>(terms, static_cast<size_t>(num_heads))));
         }
       }
     };

@@ -8,6 +8,7 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "kernels/exact_sum.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -68,6 +69,11 @@ bool IsBf16Value(float v) { return (std::bit_cast<uint32_t>(v) & 0xFFFFu) == 0; 
 float MixDot(std::span<const std::byte> fn, std::span<const float> x) {
   DSV41_CHECK(fn.size() == x.size() * sizeof(float), "MixDot: %zu fn bytes for %zu values",
               fn.size(), x.size());
+  // The mapped fp32 weights as floats where they are aligned (safetensors does not promise it).
+  if (reinterpret_cast<uintptr_t>(fn.data()) % alignof(float) == 0) {
+    return ExactDotSimd(std::span<const float>(reinterpret_cast<const float*>(fn.data()), x.size()),
+                        x);
+  }
   // A bf16 value (8 significant bits) times an fp32 value (24) has at most 32 significant bits, so
   // the products of one double exponent e are multiples of 2^(e−31) below 2^(e+1): up to 2^21 of
   // them add exactly in a double (53 bits). Products in 2^±100 are binned so; each bin's exact sum
@@ -161,7 +167,7 @@ namespace {
 MhcMix FinishMix(std::span<const float> x, std::span<const float> dots, const MhcWeights& weights,
                  const MhcDims& dims) {
   const int32_t hc = dims.hc_mult;
-  const float rho = CrRsqrt(ExactMeanSquare(x) + dims.norm_eps);
+  const float rho = CrRsqrt(ExactMeanSquareSimd(x) + dims.norm_eps);
   std::array<float, (2 + kMaxHcMult) * kMaxHcMult> m{};
   for (int32_t r = 0; r < dims.mix_rows(); ++r) m[r] = dots[r] * rho;  // ρ after the dot (§4.2)
   const float scale_pre = LoadF32(weights.scale, 0);

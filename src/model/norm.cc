@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/check.h"
+#include "kernels/exact_sum.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
 #include "numerics/codecs.h"
@@ -26,7 +27,7 @@ void RmsNorm(std::span<const float> x, const NormWeight& weight, float eps, std:
   DSV41_CHECK(!x.empty() && x.size() == y.size() && static_cast<int64_t>(x.size()) == weight.size(),
               "RmsNorm of %zu values into %zu with a weight of %lld", x.size(), y.size(),
               static_cast<long long>(weight.size()));
-  const float mean_square = ExactMeanSquare(x);
+  const float mean_square = ExactMeanSquareSimd(x);
   const float r = CrRsqrt(mean_square + eps);
   for (size_t d = 0; d < x.size(); ++d) {
     uint16_t w_bits;

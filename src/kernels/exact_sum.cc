@@ -1,0 +1,202 @@
+// SIMD exact sums: double lane accumulators with an error bound, the scalar twin where the bound
+// cannot decide (exact_sum.h).
+#ifndef DSV41_KERNELS_EXACT_SUM_CC_ONCE
+#define DSV41_KERNELS_EXACT_SUM_CC_ONCE
+
+#include "kernels/exact_sum.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "base/check.h"
+#include "numerics/arith.h"
+
+namespace dsv41::exact_sum_internal {
+
+// The fp32 rounding of the exact sum E when the double S is within `bound` of E and that decides
+// it: both ends of [S − bound, S + bound] (widened by two double ulps of S for their own rounding)
+// round to the same non-zero fp32 value. False otherwise (also for non-finite S or bound).
+inline bool Decide(double s, double bound, float* out) {
+  if (!std::isfinite(s) || !std::isfinite(bound)) return false;
+  const double slack = bound + 0x1p-52 * std::fabs(s);
+  const float lo = static_cast<float>(s - slack);
+  const float hi = static_cast<float>(s + slack);
+  if (std::bit_cast<uint32_t>(lo) != std::bit_cast<uint32_t>(hi) || lo == 0.0f) return false;
+  *out = lo;
+  return true;
+}
+
+// The bound on |S − E| for terms added into `lanes` chains of at most `steps` additions each (one
+// rounding per addition, each at most 2^-53 of a partial sum bounded by Σ|terms| = t), then the
+// lanes summed: k · 2^-53 · t with k = steps + lanes + 2, widened by (1 + k · 2^-52) because the
+// computed t may itself fall short of Σ|terms| by that much.
+inline double Bound(int64_t steps, int64_t lanes, double t) {
+  const double k = static_cast<double>(steps + lanes + 2);
+  return k * 0x1p-53 * t * (1.0 + k * 0x1p-52);
+}
+
+}  // namespace dsv41::exact_sum_internal
+
+#endif  // DSV41_KERNELS_EXACT_SUM_CC_ONCE
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/exact_sum.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace dsv41::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using exact_sum_internal::Bound;
+using exact_sum_internal::Decide;
+
+using DD = hn::ScalableTag<double>;
+using VD = hn::Vec<DD>;
+using DFH = hn::Rebind<float, DD>;  // as many floats as a double vector has lanes
+
+// The kind of term: a·b, x, or fp32(x·x).
+enum class Term { kProduct, kValue, kSquare };
+
+template <Term kTerm>
+HWY_INLINE void Accumulate(const float* a, const float* b, VD& s, VD& t) {
+  const DD dd;
+  const DFH df;
+  if constexpr (kTerm == Term::kProduct) {
+    const VD va = hn::PromoteTo(dd, hn::LoadU(df, a));
+    const VD vb = hn::PromoteTo(dd, hn::LoadU(df, b));
+    s = hn::MulAdd(va, vb, s);  // the product is exact: one rounding, in the sum
+    t = hn::MulAdd(hn::Abs(va), hn::Abs(vb), t);
+  } else if constexpr (kTerm == Term::kValue) {
+    const VD va = hn::PromoteTo(dd, hn::LoadU(df, a));
+    s = hn::Add(s, va);
+    t = hn::Add(t, hn::Abs(va));
+  } else {
+    const auto x = hn::LoadU(df, a);
+    const VD sq = hn::PromoteTo(dd, hn::Mul(x, x));  // fp32(x²), as the scalar twin
+    s = hn::Add(s, sq);
+    t = hn::Add(t, sq);
+  }
+}
+
+// Σ terms over n elements in two accumulator pairs of N lanes (b is read for products only);
+// returns S and, in *t_out, Σ|terms|; *steps_out: additions per lane at most; *lanes_out: lanes.
+template <Term kTerm>
+double SumTerms(const float* a, const float* b, size_t n, double* t_out, int64_t* steps_out,
+                int64_t* lanes_out) {
+  const DD dd;
+  const size_t nd = hn::Lanes(dd);
+  VD s0 = hn::Zero(dd), s1 = hn::Zero(dd), t0 = hn::Zero(dd), t1 = hn::Zero(dd);
+  size_t i = 0;
+  for (; i + 2 * nd <= n; i += 2 * nd) {
+    Accumulate<kTerm>(a + i, b + i, s0, t0);
+    Accumulate<kTerm>(a + i + nd, b + i + nd, s1, t1);
+  }
+  if (i < n) {  // the tail, zero padded (zero terms change neither sum)
+    HWY_ALIGN float ta[2 * hn::MaxLanes(DD())] = {};
+    HWY_ALIGN float tb[2 * hn::MaxLanes(DD())] = {};
+    std::memcpy(ta, a + i, (n - i) * sizeof(float));
+    if (kTerm == Term::kProduct) std::memcpy(tb, b + i, (n - i) * sizeof(float));
+    Accumulate<kTerm>(ta, tb, s0, t0);
+    Accumulate<kTerm>(ta + nd, tb + nd, s1, t1);
+  }
+  *t_out = hn::GetLane(hn::SumOfLanes(dd, hn::Add(t0, t1)));
+  *steps_out = static_cast<int64_t>((n + 2 * nd - 1) / (2 * nd)) + 1;
+  *lanes_out = static_cast<int64_t>(2 * nd);
+  return hn::GetLane(hn::SumOfLanes(dd, hn::Add(s0, s1)));
+}
+
+float DotSimd(const float* a, const float* b, size_t n) {
+  double t;
+  int64_t steps, lanes;
+  const double s = SumTerms<Term::kProduct>(a, b, n, &t, &steps, &lanes);
+  float out;
+  if (n > 0 && Decide(s, Bound(steps, lanes, t), &out)) return out;
+  return ExactDot(std::span<const float>(a, n), std::span<const float>(b, n));
+}
+
+float SumSimd(const float* x, size_t n) {
+  double t;
+  int64_t steps, lanes;
+  const double s = SumTerms<Term::kValue>(x, x, n, &t, &steps, &lanes);
+  float out;
+  if (n > 0 && Decide(s, Bound(steps, lanes, t), &out)) return out;
+  return ExactSum(std::span<const float>(x, n));
+}
+
+float MeanSquareSimd(const float* x, size_t n) {
+  double t;
+  int64_t steps, lanes;
+  const double s = SumTerms<Term::kSquare>(x, x, n, &t, &steps, &lanes);
+  // The quotient rounds once more: within 2^-53 of itself.
+  const double q = s / static_cast<double>(n);
+  const double bound = Bound(steps, lanes, t) / static_cast<double>(n) + 0x1p-53 * std::fabs(q);
+  float out;
+  if (Decide(q, bound, &out)) return out;
+  return ExactMeanSquare(std::span<const float>(x, n));
+}
+
+// Columns [d, d + N) of the rows, each lane its own exact dot over the rows.
+void ColumnsSimd(const float* w, const float* const* rows, size_t n, size_t dim, float* out) {
+  const DD dd;
+  const DFH df;
+  const size_t nd = hn::Lanes(dd);
+  size_t d = 0;
+  for (; d + nd <= dim; d += nd) {
+    VD s = hn::Zero(dd), t = hn::Zero(dd);
+    for (size_t i = 0; i < n; ++i) {
+      const VD wi = hn::Set(dd, static_cast<double>(w[i]));
+      const VD v = hn::PromoteTo(dd, hn::LoadU(df, rows[i] + d));
+      s = hn::MulAdd(wi, v, s);
+      t = hn::MulAdd(hn::Abs(wi), hn::Abs(v), t);
+    }
+    HWY_ALIGN double sv[hn::MaxLanes(DD())];
+    HWY_ALIGN double tv[hn::MaxLanes(DD())];
+    hn::Store(s, dd, sv);
+    hn::Store(t, dd, tv);
+    for (size_t l = 0; l < nd; ++l) {
+      if (n == 0 || !Decide(sv[l], Bound(static_cast<int64_t>(n), 1, tv[l]), &out[d + l])) {
+        out[d + l] = ExactDotColumn(std::span<const float>(w, n),
+                                    std::span<const float* const>(rows, n), d + l);
+      }
+    }
+  }
+  for (; d < dim; ++d) {
+    out[d] =
+        ExactDotColumn(std::span<const float>(w, n), std::span<const float* const>(rows, n), d);
+  }
+}
+
+}  // namespace dsv41::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace dsv41 {
+HWY_EXPORT(DotSimd);
+HWY_EXPORT(SumSimd);
+HWY_EXPORT(MeanSquareSimd);
+HWY_EXPORT(ColumnsSimd);
+
+float ExactDotSimd(std::span<const float> a, std::span<const float> b) {
+  DSV41_CHECK(a.size() == b.size(), "dot of %zu and %zu values", a.size(), b.size());
+  return HWY_DYNAMIC_DISPATCH(DotSimd)(a.data(), b.data(), a.size());
+}
+
+void ExactDotColumnsSimd(std::span<const float> w, std::span<const float* const> rows,
+                         std::span<float> out) {
+  DSV41_CHECK(w.size() == rows.size(), "dot of %zu values and %zu rows", w.size(), rows.size());
+  HWY_DYNAMIC_DISPATCH(ColumnsSimd)(w.data(), rows.data(), w.size(), out.size(), out.data());
+}
+
+float ExactSumSimd(std::span<const float> x) {
+  return HWY_DYNAMIC_DISPATCH(SumSimd)(x.data(), x.size());
+}
+
+float ExactMeanSquareSimd(std::span<const float> x) {
+  DSV41_CHECK(!x.empty(), "mean square of no values");
+  return HWY_DYNAMIC_DISPATCH(MeanSquareSimd)(x.data(), x.size());
+}
+
+}  // namespace dsv41
+#endif  // HWY_ONCE

@@ -1,0 +1,36 @@
+#pragma once
+
+// SIMD forms of the exact sums of model.md §12.8 item 2, bit for bit equal to their scalar twins
+// in numerics/arith.h (ExactDot, ExactDotColumn, ExactSum, ExactMeanSquare), which stay the
+// reference.
+//
+// How: every term (an fp32 value, or the product of two, which is exact in double) is added into
+// double-precision lane accumulators with fused multiply-adds (the product rounds only once, with
+// the sum), beside the same accumulation of |terms|. The double result S differs from the exact
+// sum E by at most (steps per lane + lanes + 2) · 2^-53 · Σ|terms|; when both ends of that
+// interval round to the same non-zero fp32 value, so does E, and that value is returned. Otherwise
+// (cancellation, a sum within the bound of an fp32 rounding boundary, a zero, an infinity or NaN)
+// the scalar twin computes it exactly. So the result never depends on the path, the target or the
+// order, and the slow path is rare.
+
+#include <cstddef>
+#include <span>
+
+namespace dsv41 {
+
+// fp32(Σ a[i]·b[i]), exactly rounded: ExactDot. a.size() == b.size() (checked).
+float ExactDotSimd(std::span<const float> a, std::span<const float> b);
+
+// out[d] = fp32(Σ_i w[i]·rows[i][d]) for d < out.size(), each exactly rounded: ExactDotColumn for
+// every column (the value product of attention over cached rows). rows.size() == w.size().
+void ExactDotColumnsSimd(std::span<const float> w, std::span<const float* const> rows,
+                         std::span<float> out);
+
+// fp32(Σ x[i]), exactly rounded: ExactSum.
+float ExactSumSimd(std::span<const float> x);
+
+// fp32((Σ fp32(x[i]²)) / n), the sum and the division exact, rounded once: ExactMeanSquare.
+// x must not be empty (checked).
+float ExactMeanSquareSimd(std::span<const float> x);
+
+}  // namespace dsv41

@@ -1,0 +1,150 @@
+#include "kernels/exact_sum.h"
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "hwy/targets.h"
+#include "numerics/arith.h"
+#include "numerics/codecs.h"
+
+namespace dsv41 {
+namespace {
+
+// Runs fn once per Highway target compiled in and supported here, then restores dispatch.
+template <class Fn>
+void ForEachTarget(const Fn& fn) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    fn();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
+
+// Values of one magnitude family: uniform mantissas over `octaves` binades from 2^lo_exp, random
+// signs; bf16-rounded when asked (the model's activations).
+std::vector<float> Draw(size_t n, std::mt19937& rng, int lo_exp, int octaves, bool bf16) {
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exp(lo_exp, lo_exp + octaves - 1), sign(0, 1);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    x = std::ldexp(mant(rng), exp(rng)) * (sign(rng) ? -1.0f : 1.0f);
+    if (bf16) x = Bf16Round(x);
+  }
+  return v;
+}
+
+// Every length 0..70 (beyond two 16-lane double vector pairs) at misalignments 0..3, several
+// magnitude families: the SIMD forms return the scalar twins' bits.
+TEST(ExactSumSimdTest, EqualsScalarTwinsOverLengthsAndMisalignments) {
+  std::mt19937 rng(1);
+  for (int family = 0; family < 4; ++family) {
+    const int lo = family == 0 ? -2 : family == 1 ? -20 : family == 2 ? -60 : 10;
+    const int octaves = family == 1 ? 30 : 6;
+    for (size_t n = 0; n <= 70; ++n) {
+      for (size_t mis = 0; mis < 4; ++mis) {
+        std::vector<float> a = Draw(n + mis, rng, lo, octaves, family == 0);
+        std::vector<float> b = Draw(n + mis, rng, -3, 8, false);
+        const std::span<const float> sa = std::span<const float>(a).subspan(mis, n);
+        const std::span<const float> sb = std::span<const float>(b).subspan(mis, n);
+        SCOPED_TRACE("family " + std::to_string(family) + " n " + std::to_string(n) + " mis " +
+                     std::to_string(mis));
+        const float dot = ExactDot(sa, sb), sum = ExactSum(sa);
+        ForEachTarget([&] {
+          ASSERT_EQ(Bits(ExactDotSimd(sa, sb)), Bits(dot));
+          ASSERT_EQ(Bits(ExactSumSimd(sa)), Bits(sum));
+          if (n > 0) {
+            ASSERT_EQ(Bits(ExactMeanSquareSimd(sa)), Bits(ExactMeanSquare(sa)));
+          }
+        });
+      }
+    }
+  }
+}
+
+// Long vectors (the attention and mHC lengths) and vectors built to cancel almost exactly, whose
+// double sums cannot decide the rounding: the slow path must give the exact result.
+TEST(ExactSumSimdTest, EqualsScalarTwinsOnLongAndCancellingSums) {
+  std::mt19937 rng(2);
+  for (size_t n : {512u, 4096u, 20480u}) {
+    std::vector<float> a = Draw(n, rng, -8, 12, true);
+    std::vector<float> b = Draw(n, rng, -12, 24, false);
+    ForEachTarget([&] {
+      ASSERT_EQ(Bits(ExactDotSimd(a, b)), Bits(ExactDot(a, b))) << n;
+      ASSERT_EQ(Bits(ExactMeanSquareSimd(b)), Bits(ExactMeanSquare(b))) << n;
+    });
+    // Cancelling: the second half negates the first, plus one tiny term: E = the tiny term.
+    std::vector<float> c(a.begin(), a.end());
+    for (size_t i = n / 2; i < n; ++i) c[i] = -c[i - n / 2];
+    std::vector<float> d(b.begin(), b.end());
+    for (size_t i = n / 2; i < n; ++i) d[i] = d[i - n / 2];
+    c[0] = 0x1p-40f;
+    d[0] = 0x1p-40f;
+    c[n / 2] = 0.0f;
+    ForEachTarget([&] {
+      ASSERT_EQ(Bits(ExactDotSimd(c, d)), Bits(ExactDot(c, d))) << n;
+      ASSERT_EQ(Bits(ExactSumSimd(c)), Bits(ExactSum(c))) << n;
+    });
+  }
+}
+
+// Signed zeros, infinities, NaN and subnormal products follow the scalar twins.
+TEST(ExactSumSimdTest, SpecialValuesFollowTheScalarTwins) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::vector<float>> cases = {
+      {-0.0f, -0.0f, -0.0f}, {0.0f, -0.0f}, {1.0f, -1.0f},          {inf, 1.0f},
+      {inf, -inf},           {nan, 1.0f},   {0x1p-149f, 0x1p-149f}, {3.0f, 0x1p-140f, -3.0f},
+      {1e30f, 1e30f, -1e30f}};
+  for (const std::vector<float>& x : cases) {
+    const std::vector<float> ones(x.size(), 1.0f);
+    ForEachTarget([&] {
+      const float dot = ExactDot(x, ones), simd = ExactDotSimd(x, ones);
+      ASSERT_TRUE(Bits(dot) == Bits(simd) || (std::isnan(dot) && std::isnan(simd)));
+      const float sum = ExactSum(x), ssum = ExactSumSimd(x);
+      ASSERT_TRUE(Bits(sum) == Bits(ssum) || (std::isnan(sum) && std::isnan(ssum)));
+    });
+  }
+}
+
+// The value product over key rows, every column, against ExactDotColumn; includes columns that
+// cancel exactly (the slow path per lane).
+TEST(ExactSumSimdTest, ColumnsEqualExactDotColumn) {
+  std::mt19937 rng(3);
+  for (size_t n : {1u, 7u, 64u, 130u}) {
+    for (size_t dim : {1u, 9u, 16u, 64u, 131u}) {
+      std::vector<float> w = Draw(n, rng, -9, 9, true);
+      std::vector<std::vector<float>> storage(n);
+      std::vector<const float*> rows(n);
+      for (size_t i = 0; i < n; ++i) {
+        storage[i] = Draw(dim, rng, -6, 10, true);
+        // Column 3 cancels: rows 3k and 3k + 2 hold ±2^40-scale values around an ordinary row
+        // 3k + 1, whose low bits a double sum loses.
+        if (dim > 3 && i % 3 == 0) storage[i][3] *= 0x1p40f;
+        if (dim > 3 && i % 3 == 2) storage[i][3] = -storage[i - 2][3];
+        rows[i] = storage[i].data();
+      }
+      if (n % 3 == 1 && dim > 3) storage[n - 1][3] = 0x1p-30f;
+      for (size_t i = 2; i < n; i += 3) w[i] = w[i - 2];
+      SCOPED_TRACE("n " + std::to_string(n) + " dim " + std::to_string(dim));
+      ForEachTarget([&] {
+        std::vector<float> out(dim, -7.0f);
+        ExactDotColumnsSimd(w, rows, out);
+        for (size_t d = 0; d < dim; ++d) {
+          ASSERT_EQ(Bits(out[d]), Bits(ExactDotColumn(w, rows, d))) << "column " << d;
+        }
+      });
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsv41
