@@ -93,12 +93,20 @@ enum class Numerics : uint8_t {
   kFastBf16Dot,  // the bf16 dot-product kernel where the CPU has one (tests, benches)
 };
 
+// Work counters of the forward, for benchmarks: what the weight products and lookups read and
+// computed. Engine thread only (updated outside parallel regions).
+struct ExecStats {
+  uint64_t weight_bytes = 0;  // stored weight bytes read: each matrix once per product call
+  uint64_t weight_macs = 0;   // multiply-adds of the weight products (out · in · rows)
+};
+
 // What every forward function receives. The pool runs one ParallelFor at a time; the arena is
 // the engine thread's.
 struct ExecContext {
   ThreadPool& pool;
   StepArena& arena;
   Numerics numerics = Numerics::kFast;
+  ExecStats* stats = nullptr;  // counted into when set
 };
 
 // A pool and an arena of their own, for tests and one-off callers.

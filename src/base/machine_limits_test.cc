@@ -18,6 +18,9 @@ TEST(MachineLimitsTest, MeasuresPositiveFiniteRatesWithAllThreads) {
   EXPECT_GT(limits.fma_flops_per_second, 0.0);
   EXPECT_LT(limits.read_bytes_per_second, 1e300);
   EXPECT_LT(limits.fma_flops_per_second, 1e300);
+  EXPECT_GE(limits.bf16_dot_flops_per_second, 0.0);
+  EXPECT_LT(limits.bf16_dot_flops_per_second, 1e300);
+  EXPECT_GE(limits.compute_roof_flops_per_second(), limits.fma_flops_per_second);
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 // `dsv41 bench`: speed of the engine on the loaded model. At each concurrency level N it runs N
 // independent requests with different synthetic prompts at once (continuous batching through the
 // paged cache) and reports the median time to first token, the aggregate prefill and decode
-// tokens/s, the median time per output token, and — at one stream — the decode step's weight read
-// rate against the machine's measured read bandwidth (STYLE.md §12). Medians over repetitions;
-// figures on stdout (text, or one JSON object per level with --json).
+// tokens/s, the median time per output token, and the figures against the machine's limits
+// measured on the spot (STYLE.md §12): the weight bytes the decode steps read (as the forward
+// counts them: every product's matrix once per step, so only the experts actually routed to,
+// plus embedding, Engram and mHC rows) per second over the read bandwidth, and the prefill's
+// weight-GEMM flops per second over the faster of the fp32 FMA and bf16 dot-product peaks.
+// Medians over repetitions; figures on stdout (text, or one JSON object per level with --json).
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -21,8 +23,6 @@
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
-#include "model/tensor_inventory.h"
-#include "model/weight_summary.h"
 
 namespace dsv41 {
 namespace {
@@ -37,46 +37,6 @@ struct BenchFlags {
   EngineFlags engine;
 };
 
-// Bytes of weights one decode token reads, by kind. Every tensor of the loaded text model
-// (no DSpark) counts whole, except: the embedding (one row), the routed experts (k of each MoE
-// layer's n experts: the approximation k × one expert's bytes, since the forward does not report
-// its routing) and the Engram tables (n_hash_cols rows of each Engram layer's table).
-struct DecodeWeightBytes {
-  std::array<uint64_t, kNumWeightKinds> by_kind{};
-  uint64_t total = 0;
-};
-
-DecodeWeightBytes ComputeDecodeWeightBytes(const ModelConfig& config,
-                                           const std::vector<TensorSpec>& tensors) {
-  DecodeWeightBytes out;
-  uint64_t routed = 0;
-  for (const TensorSpec& t : tensors) {
-    const WeightKind kind = ClassifyTensor(t.name);
-    const uint64_t bytes = TensorBytes(t);
-    const uint64_t rows =
-        t.shape.empty() ? 1 : static_cast<uint64_t>(std::max<int64_t>(1, t.shape[0]));
-    uint64_t read = bytes;
-    if (kind == WeightKind::kDspark) {
-      read = 0;
-    } else if (t.name == "embed.weight") {
-      read = bytes / rows;
-    } else if (kind == WeightKind::kRoutedExperts) {
-      routed += bytes;
-      continue;
-    } else if (kind == WeightKind::kEngramTables) {
-      read = bytes / rows * static_cast<uint64_t>(config.n_hash_cols());
-    }
-    out.by_kind[static_cast<size_t>(kind)] += read;
-  }
-  if (config.n_routed_experts > 0) {
-    out.by_kind[static_cast<size_t>(WeightKind::kRoutedExperts)] =
-        routed / static_cast<uint64_t>(config.n_routed_experts) *
-        static_cast<uint64_t>(config.num_experts_per_tok);
-  }
-  for (uint64_t b : out.by_kind) out.total += b;
-  return out;
-}
-
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -89,6 +49,9 @@ struct LevelTimes {
   std::vector<double> tpot_s;       // per request: (last − first token time) / (tokens − 1)
   double prefill_tokens_per_s = 0;  // all prompt tokens / time until the last first token
   double decode_tokens_per_s = 0;   // tokens after each first one / time after the last first one
+  double prefill_flops_per_s = 0;   // 2 × weight-product MACs until the last first token / time
+  double decode_weight_bytes_per_s = 0;  // weight bytes read after the last first token / time
+  double decode_weight_bytes_per_token = 0;
 };
 
 // A synthetic prompt for stream `stream`: ids spread over the vocabulary, different per stream so
@@ -112,6 +75,9 @@ Result<LevelTimes> RunLevel(const LoadedTextModel& m, const EngineOptions& optio
   params.ignore_eos = true;
   const Clock::time_point start = Clock::now();
   std::map<uint64_t, std::vector<double>> token_times;  // per request, seconds from the start
+  // Engine counters when the last request got its first token (the end of the prefill).
+  EngineStats at_last_first;
+  int32_t num_started = 0;
   for (int32_t i = 0; i < streams; ++i) {
     DSV41_ASSIGN_OR_RETURN(
         uint64_t id,
@@ -123,10 +89,13 @@ Result<LevelTimes> RunLevel(const LoadedTextModel& m, const EngineOptions& optio
     const double now = std::chrono::duration<double>(Clock::now() - start).count();
     for (const RequestOutput& out : outputs) {
       if (out.finish == FinishReason::kError) return InternalError("%s", out.error.c_str());
-      for (size_t k = 0; k < out.new_token_ids.size(); ++k)
-        token_times[out.request_id].push_back(now);
+      std::vector<double>& times = token_times[out.request_id];
+      if (times.empty() && !out.new_token_ids.empty()) ++num_started;
+      for (size_t k = 0; k < out.new_token_ids.size(); ++k) times.push_back(now);
     }
+    if (num_started == streams && at_last_first.num_steps == 0) at_last_first = engine->stats();
   }
+  const EngineStats at_end = engine->stats();
   LevelTimes times;
   double last_first = 0, end = 0;
   int64_t decoded = 0;
@@ -142,6 +111,11 @@ Result<LevelTimes> RunLevel(const LoadedTextModel& m, const EngineOptions& optio
   }
   times.prefill_tokens_per_s = int64_t{streams} * flags.prompt_tokens / std::max(last_first, 1e-9);
   times.decode_tokens_per_s = decoded / std::max(end - last_first, 1e-9);
+  times.prefill_flops_per_s =
+      2.0 * static_cast<double>(at_last_first.weight_macs) / std::max(last_first, 1e-9);
+  const double decode_bytes = static_cast<double>(at_end.weight_bytes - at_last_first.weight_bytes);
+  times.decode_weight_bytes_per_s = decode_bytes / std::max(end - last_first, 1e-9);
+  times.decode_weight_bytes_per_token = decoded > 0 ? decode_bytes / decoded : 0.0;
   return times;
 }
 
@@ -177,11 +151,10 @@ int RunBench(const BenchFlags& flags) {
     std::fprintf(stderr, "dsv41 bench: %s\n", m.status().ToString().c_str());
     return 1;
   }
-  const ModelConfig& config = m->config();
   const int threads = ComputeThreads(flags.engine);
   ThreadPool pool(threads);
   const MachineLimits limits = MeasureMachineLimits(pool);
-  const DecodeWeightBytes weight = ComputeDecodeWeightBytes(config, m->weights->expected());
+  const double roof = limits.compute_roof_flops_per_second();
 
   if (!flags.json) {
     std::printf("dsv41 bench (medians of %d repetitions)\n", flags.repetitions);
@@ -189,20 +162,14 @@ int RunBench(const BenchFlags& flags) {
     std::printf("  %-32s %d\n", "threads", threads);
     std::printf("  %-32s %d\n", "prompt_tokens", flags.prompt_tokens);
     std::printf("  %-32s %d\n", "decode_tokens", flags.decode_tokens);
-    std::printf("  %-32s %llu (%.2f MiB)\n", "weight_bytes_per_decode_token",
-                static_cast<unsigned long long>(weight.total),
-                static_cast<double>(weight.total) / (1 << 20));
-    for (int k = 0; k < kNumWeightKinds; ++k) {
-      if (weight.by_kind[k] == 0) continue;
-      const std::string_view name = WeightKindName(static_cast<WeightKind>(k));
-      std::printf("    %-30.*s %llu\n", static_cast<int>(name.size()), name.data(),
-                  static_cast<unsigned long long>(weight.by_kind[k]));
-    }
-    std::printf("  %-32s %.3f\n", "machine_read_gb_per_s", limits.read_bytes_per_second / 1e9);
+    std::printf("  %-32s %.3f\n", "read_bandwidth_gb_per_s", limits.read_bytes_per_second / 1e9);
+    std::printf("  %-32s %.1f\n", "fma_peak_gflops", limits.fma_flops_per_second / 1e9);
+    std::printf("  %-32s %.1f\n", "bf16_dot_peak_gflops", limits.bf16_dot_flops_per_second / 1e9);
   }
   double single_stream_decode = 0;
   for (int32_t streams : *levels) {
-    std::vector<double> ttft, tpot, prefill_tps, decode_tps;
+    std::vector<double> ttft, tpot, prefill_tps, decode_tps, prefill_flops, decode_bps,
+        decode_bytes_per_token;
     for (int32_t r = 0; r < flags.repetitions; ++r) {
       Result<LevelTimes> times = RunLevel(*m, *options, pool, flags, streams);
       if (!times.ok()) {
@@ -213,15 +180,19 @@ int RunBench(const BenchFlags& flags) {
       tpot.insert(tpot.end(), times->tpot_s.begin(), times->tpot_s.end());
       prefill_tps.push_back(times->prefill_tokens_per_s);
       decode_tps.push_back(times->decode_tokens_per_s);
+      prefill_flops.push_back(times->prefill_flops_per_s);
+      decode_bps.push_back(times->decode_weight_bytes_per_s);
+      decode_bytes_per_token.push_back(times->decode_weight_bytes_per_token);
       std::fprintf(stderr, "concurrency %d, repetition %d/%d: decode %.2f tok/s\n", streams, r + 1,
                    flags.repetitions, times->decode_tokens_per_s);
     }
     const double decode = Median(decode_tps);
     if (streams == 1) single_stream_decode = decode;
-    // At one stream each decode token reads the whole decode weight set once.
-    const double weight_read_bps = streams == 1 ? static_cast<double>(weight.total) * decode : 0;
+    const double weight_read_bps = Median(decode_bps);
     const double ratio =
         limits.read_bytes_per_second > 0 ? weight_read_bps / limits.read_bytes_per_second : 0.0;
+    const double gflops = Median(prefill_flops) / 1e9;
+    const double roof_ratio = roof > 0 ? Median(prefill_flops) / roof : 0.0;
     if (flags.json) {
       OrderedJson line;
       line["concurrency"] = streams;
@@ -229,7 +200,14 @@ int RunBench(const BenchFlags& flags) {
       line["tpot_ms_median"] = Median(tpot) * 1e3;
       line["ttft_ms_median"] = Median(ttft) * 1e3;
       line["prefill_tokens_per_s"] = Median(prefill_tps);
-      if (streams == 1) line["read_bandwidth_ratio"] = ratio;
+      line["threads"] = threads;
+      line["decode_weight_bytes_per_token"] = Median(decode_bytes_per_token);
+      line["decode_weight_gb_per_s"] = weight_read_bps / 1e9;
+      line["read_bandwidth_gb_per_s"] = limits.read_bytes_per_second / 1e9;
+      line["read_bandwidth_ratio"] = ratio;
+      line["prefill_gflops"] = gflops;
+      line["fma_roof_gflops"] = roof / 1e9;
+      line["prefill_roof_ratio"] = roof_ratio;
       if (single_stream_decode > 0) line["decode_vs_one_stream"] = decode / single_stream_decode;
       std::printf("%s\n", line.dump().c_str());
       continue;
@@ -239,10 +217,12 @@ int RunBench(const BenchFlags& flags) {
     std::printf("    %-30s %.2f\n", "prefill_tokens_per_s", Median(prefill_tps));
     std::printf("    %-30s %.2f\n", "decode_tokens_per_s", decode);
     std::printf("    %-30s %.3f\n", "decode_ms_per_token", Median(tpot) * 1e3);
-    if (streams == 1) {
-      std::printf("    %-30s %.3f\n", "decode_weight_read_gb_per_s", weight_read_bps / 1e9);
-      std::printf("    %-30s %.4f\n", "read_bandwidth_ratio", ratio);
-    }
+    std::printf("    %-30s %.2f\n", "decode_weight_mib_per_token",
+                Median(decode_bytes_per_token) / (1 << 20));
+    std::printf("    %-30s %.3f\n", "decode_weight_gb_per_s", weight_read_bps / 1e9);
+    std::printf("    %-30s %.4f\n", "read_bandwidth_ratio", ratio);
+    std::printf("    %-30s %.1f\n", "prefill_gflops", gflops);
+    std::printf("    %-30s %.4f\n", "prefill_roof_ratio", roof_ratio);
     if (single_stream_decode > 0 && streams > 1) {
       std::printf("    %-30s %.2f\n", "decode_vs_one_stream", decode / single_stream_decode);
     }

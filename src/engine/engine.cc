@@ -282,6 +282,8 @@ EngineStats Engine::stats() const {
   s.total_blocks = kv_->pool().num_blocks();
   s.running = scheduler_->num_running();
   s.waiting = scheduler_->num_waiting();
+  s.weight_bytes = exec_stats_.weight_bytes;
+  s.weight_macs = exec_stats_.weight_macs;
   return s;
 }
 

@@ -71,6 +71,9 @@ struct EngineStats {
   uint32_t total_blocks = 0;
   int32_t running = 0;
   int32_t waiting = 0;
+  // What the forwards read and computed (ExecStats): stored weight bytes, weight-product MACs.
+  uint64_t weight_bytes = 0;
+  uint64_t weight_macs = 0;
 };
 
 struct AddRequestOptions {
@@ -113,7 +116,7 @@ class Engine {
         // huge token budget does not reserve address space it will never need.
         arena_(std::min<size_t>(model.model->StepScratchBytes(options.max_num_batched_tokens),
                                 size_t{1} << 30)),
-        ctx_{pool, arena_, options.numerics} {}
+        ctx_{pool, arena_, options.numerics, &exec_stats_} {}
 
   // Samples request `r`'s next token from `logits`, appends it and applies the stop rules.
   void Sample(Request& r, std::span<const float> logits, RequestOutput& out);
@@ -126,6 +129,7 @@ class Engine {
   const LoadedTextModel& model_;
   EngineOptions options_;
   StepArena arena_;  // the forward's scratch, reset every step
+  ExecStats exec_stats_;
   ExecContext ctx_;
   std::unique_ptr<CachePlan> plan_;
   std::unique_ptr<KvCacheStorage> storage_;

@@ -270,7 +270,16 @@ double TileCost(const LinearJob& job) {
 }
 }  // namespace
 
-void RunLinearJobs(std::span<const LinearJob> jobs, ThreadPool& pool) {
+void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx) {
+  if (ctx.stats != nullptr) {
+    for (const LinearJob& job : jobs) {
+      ctx.stats->weight_bytes += job.w->weight.size() + job.w->scale.size();
+      ctx.stats->weight_macs += static_cast<uint64_t>(job.w->out) *
+                                static_cast<uint64_t>(job.w->in) *
+                                static_cast<uint64_t>(job.x.rows);
+    }
+  }
+  ThreadPool& pool = ctx.pool;
   double total = 0.0;
   for (const LinearJob& job : jobs)
     total += TileCost(job) * static_cast<double>(NumOutputTiles(job));
@@ -313,7 +322,7 @@ void Linear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::
       ctx.arena.Alloc<std::byte>(LinearInputBytes(w, rows, kernel));
   const LinearJob job{&w, PrepareLinearInput(w, x, rows, options, kernel, storage), y.data(),
                       w.out};
-  RunLinearJobs(std::span<const LinearJob>(&job, 1), ctx.pool);
+  RunLinearJobs(std::span<const LinearJob>(&job, 1), ctx);
 }
 
 void LinearRef(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,

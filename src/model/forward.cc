@@ -152,6 +152,13 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
   // The residual streams [T, hc, dim], bf16 values.
   std::span<float> x = arena.Alloc<float>(num_tokens * stream);
   DSV41_RETURN_IF_ERROR(EmbedTokens(head_, batch.token_ids, dims_.hc_mult, x));
+  if (ctx.stats != nullptr) {  // one embedding row per token, the Engram rows of every token
+    ctx.stats->weight_bytes +=
+        static_cast<uint64_t>(num_tokens) *
+        (static_cast<uint64_t>(config_.hidden_size) * 2 +
+         batch.engram_rows.size() / std::max<size_t>(1, num_tokens) *
+             static_cast<uint64_t>(config_.engram_head_dim + config_.engram_head_dim / 32));
+  }
   std::span<float> pi = arena.Alloc<float>(num_tokens * hc);  // the incoming pre-mix [T, hc]
   {
     const MhcMix initial = InitialPreMix(dims_.hc_mult);

@@ -247,7 +247,7 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
     jobs[2 * i] = LinearJob{&ex.w1, prepared, gs.data() + first * inter, inter};
     jobs[2 * i + 1] = LinearJob{&ex.w3, prepared, us.data() + first * inter, inter};
   }
-  RunLinearJobs(jobs, ctx.pool);
+  RunLinearJobs(jobs, ctx);
 
   // §8, §12.5: g = bf16(weight · SwiGLU(bf16(g), bf16(u))), the input of w2 (the shared expert's
   // weight 1 multiplies exactly).
@@ -270,7 +270,7 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
         prepare(ex.w2, std::span<const float>(gs).subspan(first * inter, rows * inter), rows);
     jobs[i] = LinearJob{&ex.w2, prepared, outs.data() + first * hidden, hidden};
   }
-  RunLinearJobs(jobs.first(static_cast<size_t>(num_units)), ctx.pool);
+  RunLinearJobs(jobs.first(static_cast<size_t>(num_units)), ctx);
 
   // The bf16 expert outputs are added into a zero fp32 accumulator in increasing expert id
   // (§12.8 item 3; assignments are in expert order), then the shared expert's; y is bf16.
