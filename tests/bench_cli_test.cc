@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 #include <string>
 
+#include "base/json.h"
 #include "cli_runner.h"
 
 namespace dsv41 {
@@ -26,10 +28,46 @@ TEST(BenchCliTest, PrintsEveryFigure) {
   ASSERT_EQ(run.exit_code, 0) << run.out;
   for (const char* field :
        {"time_to_first_token_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
-        "decode_ms_per_token", "weight_bytes_per_decode_token", "routed experts",
-        "decode_weight_read_gb_per_s", "machine_read_gb_per_s", "read_bandwidth_ratio"}) {
+        "decode_ms_per_token", "decode_weight_mib_per_token", "decode_weight_gb_per_s",
+        "read_bandwidth_gb_per_s", "fma_peak_gflops", "bf16_dot_peak_gflops",
+        "read_bandwidth_ratio", "prefill_gflops", "prefill_roof_ratio"}) {
     EXPECT_NE(run.out.find(field), std::string::npos) << field << " missing from:\n" << run.out;
   }
+}
+
+// --json: one object per level with the keys of issue 9 and 7, positive where they must be, and
+// the ratios consistent with the figures they divide.
+TEST(BenchCliTest, JsonLinesCarryTheRatiosAndTheirParts) {
+  const std::string dir = TinyModel();
+  const RunResult run = RunCommand(kDsv41Binary + " bench --model " + dir +
+                                   " --prompt-tokens 8 --decode-tokens 4 --repetitions 1 -t 2 "
+                                   "--concurrency 1,2 --json 2>/dev/null");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  std::istringstream lines(run.out);
+  std::string line;
+  int levels = 0;
+  while (std::getline(lines, line)) {
+    Result<Json> j = ParseJson(line, "bench line");
+    ASSERT_TRUE(j.ok()) << line;
+    for (const char* key :
+         {"concurrency", "decode_tokens_per_s", "tpot_ms_median", "ttft_ms_median",
+          "read_bandwidth_ratio", "prefill_gflops", "fma_roof_gflops", "prefill_roof_ratio",
+          "decode_weight_bytes_per_token", "decode_weight_gb_per_s", "read_bandwidth_gb_per_s"}) {
+      ASSERT_TRUE(j->contains(key) && (*j)[key].is_number()) << key << " in " << line;
+    }
+    EXPECT_GT((*j)["decode_tokens_per_s"].get<double>(), 0.0);
+    EXPECT_GT((*j)["decode_weight_bytes_per_token"].get<double>(), 0.0);
+    EXPECT_GT((*j)["prefill_gflops"].get<double>(), 0.0);
+    const double ratio = (*j)["read_bandwidth_ratio"].get<double>();
+    const double parts = (*j)["decode_weight_gb_per_s"].get<double>() /
+                         (*j)["read_bandwidth_gb_per_s"].get<double>();
+    EXPECT_NEAR(ratio, parts, 1e-9 + 1e-6 * parts);
+    const double roof =
+        (*j)["prefill_gflops"].get<double>() / (*j)["fma_roof_gflops"].get<double>();
+    EXPECT_NEAR((*j)["prefill_roof_ratio"].get<double>(), roof, 1e-9 + 1e-6 * roof);
+    ++levels;
+  }
+  EXPECT_EQ(levels, 2);
 }
 
 TEST(BenchCliTest, BadUsageExits2) {

@@ -1,5 +1,6 @@
-// SIMD exact sums: double lane accumulators with an error bound, the scalar twin where the bound
-// cannot decide (exact_sum.h).
+// SIMD exact sums: double lane accumulators with an error bound; where the bound cannot decide, an
+// error-free (TwoSum) accumulation that proves the double sum exact; the scalar twin otherwise
+// (exact_sum.h).
 #ifndef DSV41_KERNELS_EXACT_SUM_CC_ONCE
 #define DSV41_KERNELS_EXACT_SUM_CC_ONCE
 
@@ -107,12 +108,74 @@ double SumTerms(const float* a, const float* b, size_t n, double* t_out, int64_t
   return hn::GetLane(hn::SumOfLanes(dd, hn::Add(s0, s1)));
 }
 
+// The terms added with Knuth's TwoSum in N lanes, then the lanes in order: returns true and the
+// sum in *out when no addition rounded (the double sum is then the exact sum: its fp32 rounding
+// is the answer even when it sits on an fp32 midpoint, which the bound of the first tier can never
+// decide), false otherwise.
+template <Term kTerm>
+bool ExactInDouble(const float* a, const float* b, size_t n, double* out) {
+  const DD dd;
+  const DFH df;
+  const size_t nd = hn::Lanes(dd);
+  VD s = hn::Zero(dd), err = hn::Zero(dd);
+  const auto step = [&](const float* pa, const float* pb) {
+    VD term;
+    if constexpr (kTerm == Term::kProduct) {
+      term = hn::Mul(hn::PromoteTo(dd, hn::LoadU(df, pa)), hn::PromoteTo(dd, hn::LoadU(df, pb)));
+    } else if constexpr (kTerm == Term::kValue) {
+      term = hn::PromoteTo(dd, hn::LoadU(df, pa));
+    } else {
+      const auto x = hn::LoadU(df, pa);
+      term = hn::PromoteTo(dd, hn::Mul(x, x));
+    }
+    const VD next = hn::Add(s, term);
+    const VD part = hn::Sub(next, s);
+    const VD e = hn::Add(hn::Sub(s, hn::Sub(next, part)), hn::Sub(term, part));
+    err = hn::Or(err, e);  // any non-zero error bit pattern survives
+    s = next;
+  };
+  size_t i = 0;
+  for (; i + nd <= n; i += nd) step(a + i, b + i);
+  if (i < n) {
+    HWY_ALIGN float ta[hn::MaxLanes(DD())] = {};
+    HWY_ALIGN float tb[hn::MaxLanes(DD())] = {};
+    std::memcpy(ta, a + i, (n - i) * sizeof(float));
+    if (kTerm == Term::kProduct) std::memcpy(tb, b + i, (n - i) * sizeof(float));
+    step(ta, tb);
+  }
+  HWY_ALIGN double lanes[hn::MaxLanes(DD())];
+  HWY_ALIGN double errs[hn::MaxLanes(DD())];
+  hn::Store(s, dd, lanes);
+  hn::Store(err, dd, errs);
+  double sum = 0.0;
+  for (size_t l = 0; l < nd; ++l) {
+    if (errs[l] != 0.0 || !std::isfinite(lanes[l])) return false;  // NaN errors compare unequal
+    const double next = sum + lanes[l];
+    const double part = next - sum;
+    if ((sum - (next - part)) + (lanes[l] - part) != 0.0) return false;
+    sum = next;
+  }
+  *out = sum;
+  return true;
+}
+
+// The fp32 rounding of an exact double sum; false for zero (its sign needs the terms).
+inline bool RoundExact(double sum, float* out) {
+  if (sum == 0.0) return false;
+  *out = static_cast<float>(sum);
+  return true;
+}
+
 float DotSimd(const float* a, const float* b, size_t n) {
   double t;
   int64_t steps, lanes;
   const double s = SumTerms<Term::kProduct>(a, b, n, &t, &steps, &lanes);
   float out;
   if (n > 0 && Decide(s, Bound(steps, lanes, t), &out)) return out;
+  double exact;
+  if (n > 0 && ExactInDouble<Term::kProduct>(a, b, n, &exact) && RoundExact(exact, &out)) {
+    return out;
+  }
   return ExactDot(std::span<const float>(a, n), std::span<const float>(b, n));
 }
 
@@ -122,6 +185,8 @@ float SumSimd(const float* x, size_t n) {
   const double s = SumTerms<Term::kValue>(x, x, n, &t, &steps, &lanes);
   float out;
   if (n > 0 && Decide(s, Bound(steps, lanes, t), &out)) return out;
+  double exact;
+  if (n > 0 && ExactInDouble<Term::kValue>(x, x, n, &exact) && RoundExact(exact, &out)) return out;
   return ExactSum(std::span<const float>(x, n));
 }
 
@@ -155,11 +220,32 @@ void ColumnsSimd(const float* w, const float* const* rows, size_t n, size_t dim,
     HWY_ALIGN double tv[hn::MaxLanes(DD())];
     hn::Store(s, dd, sv);
     hn::Store(t, dd, tv);
+    bool undecided = false;
     for (size_t l = 0; l < nd; ++l) {
-      if (n == 0 || !Decide(sv[l], Bound(static_cast<int64_t>(n), 1, tv[l]), &out[d + l])) {
-        out[d + l] = ExactDotColumn(std::span<const float>(w, n),
-                                    std::span<const float* const>(rows, n), d + l);
+      undecided |= n == 0 || !Decide(sv[l], Bound(static_cast<int64_t>(n), 1, tv[l]), &out[d + l]);
+    }
+    if (!undecided) continue;
+    // The second tier for the block: TwoSum over the rows proves a lane's double sum exact.
+    VD exact = hn::Zero(dd), err = hn::Zero(dd);
+    for (size_t i = 0; i < n; ++i) {
+      const VD term = hn::Mul(hn::Set(dd, static_cast<double>(w[i])),
+                              hn::PromoteTo(dd, hn::LoadU(df, rows[i] + d)));
+      const VD next = hn::Add(exact, term);
+      const VD part = hn::Sub(next, exact);
+      err = hn::Or(err, hn::Add(hn::Sub(exact, hn::Sub(next, part)), hn::Sub(term, part)));
+      exact = next;
+    }
+    HWY_ALIGN double ev[hn::MaxLanes(DD())];
+    hn::Store(exact, dd, sv);
+    hn::Store(err, dd, ev);
+    for (size_t l = 0; l < nd; ++l) {
+      if (n > 0 && Decide(sv[l], Bound(static_cast<int64_t>(n), 1, tv[l]), &out[d + l])) continue;
+      if (n > 0 && ev[l] == 0.0 && std::isfinite(sv[l]) && sv[l] != 0.0) {
+        out[d + l] = static_cast<float>(sv[l]);
+        continue;
       }
+      out[d + l] = ExactDotColumn(std::span<const float>(w, n),
+                                  std::span<const float* const>(rows, n), d + l);
     }
   }
   for (; d < dim; ++d) {
