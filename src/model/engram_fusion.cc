@@ -156,15 +156,17 @@ Result<EngramFusion> EngramFusion::Load(const ModelWeights& weights, int32_t lay
 }
 
 Status EngramFusion::GatherRows(const EngramRowSource& source, std::span<const int64_t> row_ids,
-                                int64_t num_tokens, std::span<float> e) const {
+                                int64_t num_tokens, std::span<float> e, ExecContext& ctx) const {
   const size_t num_rows = static_cast<size_t>(num_tokens) * static_cast<size_t>(num_cols_);
   DSV41_CHECK(
       num_tokens >= 0 && row_ids.size() == num_rows &&
           e.size() == num_rows * static_cast<size_t>(row_dim_) && source.row_dim() == row_dim_,
       "GatherRows: %lld tokens, %zu row ids, %zu outputs, source rows of %d (want %d)",
       static_cast<long long>(num_tokens), row_ids.size(), e.size(), source.row_dim(), row_dim_);
-  std::vector<std::byte> values(num_rows * static_cast<size_t>(row_dim_));
-  std::vector<std::byte> scales(values.size() / 32);
+  ArenaScope scope(ctx.arena);
+  std::span<std::byte> values =
+      ctx.arena.Alloc<std::byte>(num_rows * static_cast<size_t>(row_dim_));
+  std::span<std::byte> scales = ctx.arena.Alloc<std::byte>(values.size() / 32);
   DSV41_RETURN_IF_ERROR(source.FillRows(row_ids, values, scales));
   // Rows of a token are consecutive in row_ids, so the dequantised rows concatenate in column
   // order into e [T, num_cols·row_dim].
@@ -235,7 +237,7 @@ Status EngramFusion::Forward(std::span<const int64_t> row_ids, int64_t num_token
   ArenaScope scope(ctx.arena);
   std::span<float> e =
       ctx.arena.Alloc<float>(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_in()));
-  DSV41_RETURN_IF_ERROR(GatherRows(*resident_rows_, row_ids, num_tokens, e));
+  DSV41_RETURN_IF_ERROR(GatherRows(*resident_rows_, row_ids, num_tokens, e, ctx));
   std::span<float> kv =
       ctx.arena.Alloc<float>(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_out()));
   Project(e, num_tokens, kv, ctx);

@@ -89,8 +89,9 @@ class EngramFusion {
   // e [T, engram_in] = the num_cols rows of each token (row_ids [T, num_cols], column order)
   // read from `source` and dequantised, concatenated in column order (bf16 values as fp32).
   // Errors come from the source (a row outside the table).
+  // Scratch comes from ctx.arena.
   Status GatherRows(const EngramRowSource& source, std::span<const int64_t> row_ids,
-                    int64_t num_tokens, std::span<float> e) const;
+                    int64_t num_tokens, std::span<float> e, ExecContext& ctx) const;
 
   // kv [T, engram_out] = bf16(wkv · e), activation-quantised when wkv is FP8 (§12.4). It does not
   // depend on the streams: it may run as soon as the rows arrive.

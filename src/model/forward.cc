@@ -91,8 +91,8 @@ Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache,
     if (r.start_pos < 0) {
       return InvalidArgumentError("batch request %zu: start position %d", i, r.start_pos);
     }
-    DSV41_RETURN_IF_ERROR(CheckBlockTables(*layout, cache.num_blocks, r, config_.sliding_window)
-                              .WithPrefix(StrFormat("batch request %zu", i)));
+    const Status tables = CheckBlockTables(*layout, cache.num_blocks, r, config_.sliding_window);
+    if (!tables.ok()) return tables.WithPrefix(StrFormat("batch request %zu", i));
     row += r.num_tokens;
   }
   if (row != num_tokens) {
@@ -172,7 +172,8 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
   std::span<float> sub_out = arena.Alloc<float>(num_tokens * dim);
   std::span<float> pre = arena.Alloc<float>(num_tokens * hc);
   // Per-forward shared state (§7.10), per request (maps of per-layer lists, kept across layers).
-  std::vector<IndexerForwardState> index_state(num_requests);
+  std::span<IndexerForwardState> index_state =
+      IndexerForwardState::Create(num_requests, layers_.size(), arena);
   std::span<float> qr = arena.Alloc<float>(num_tokens * config_.q_lora_rank);
   std::span<CompressedSelection> selections = arena.Alloc<CompressedSelection>(num_requests);
   const size_t num_cols = static_cast<size_t>(config_.n_hash_cols());

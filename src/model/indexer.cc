@@ -26,17 +26,26 @@ constexpr int32_t kScoreEntryBlock = 256;
 
 }  // namespace
 
-std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k) {
+int32_t TopKAscending(std::span<const float> scores, int32_t k, std::span<int32_t> order,
+                      std::span<int32_t> out) {
   const int32_t n = static_cast<int32_t>(scores.size());
   k = std::clamp(k, 0, n);
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+  DSV41_CHECK(order.size() >= static_cast<size_t>(n) && out.size() >= static_cast<size_t>(k),
+              "top-%d of %d: scratch %zu, out %zu", k, n, order.size(), out.size());
+  std::iota(order.begin(), order.begin() + n, 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.begin() + n, [&](int32_t a, int32_t b) {
     return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
   });
-  order.resize(k);
-  std::sort(order.begin(), order.end());
-  return order;
+  std::sort(order.begin(), order.begin() + k);
+  std::copy_n(order.begin(), k, out.begin());
+  return k;
+}
+
+std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k) {
+  std::vector<int32_t> order(scores.size());
+  std::vector<int32_t> out(scores.size());
+  out.resize(static_cast<size_t>(TopKAscending(scores, k, order, out)));
+  return out;
 }
 
 void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t num_blocks,
@@ -45,7 +54,17 @@ void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t n
   DSV41_CHECK(mask.size() == scores.size(), "mask %zu, scores %zu", mask.size(), scores.size());
   DSV41_CHECK(block_size >= 1 && num_blocks >= 0, "blocks %d of %d", num_blocks, block_size);
   const int32_t n_blocks = (n + block_size - 1) / block_size;
-  std::vector<float> block_score(n_blocks, -kInf);
+  // Scratch on the stack up to 1024 blocks (a candidate pool over more entries takes the heap).
+  constexpr int32_t kStackBlocks = 1024;
+  float stack_scores[kStackBlocks];
+  int32_t stack_order[kStackBlocks], stack_picks[kStackBlocks];
+  const bool heap = n_blocks > kStackBlocks;
+  std::vector<float> heap_scores(heap ? n_blocks : 0);
+  std::vector<int32_t> heap_order(heap_scores.size()), heap_picks(heap_scores.size());
+  const std::span<float> block_score(heap ? heap_scores.data() : stack_scores, n_blocks);
+  const std::span<int32_t> order(heap ? heap_order.data() : stack_order, n_blocks);
+  const std::span<int32_t> picks(heap ? heap_picks.data() : stack_picks, n_blocks);
+  std::fill(block_score.begin(), block_score.end(), -kInf);
   for (int32_t i = 0; i < n; ++i) {
     float& b = block_score[i / block_size];
     b = std::max(b, scores[i]);
@@ -53,7 +72,9 @@ void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t n
   const int32_t pinned = FloorDiv(num_visible - 1, block_size);
   if (pinned >= 0 && pinned < n_blocks) block_score[pinned] = kInf;
   std::fill(mask.begin(), mask.end(), uint8_t{0});
-  for (int32_t b : TopKAscending(block_score, std::min(num_blocks, n_blocks))) {
+  const int32_t num_picks =
+      TopKAscending(block_score, std::min(num_blocks, n_blocks), order, picks);
+  for (int32_t b : picks.first(static_cast<size_t>(num_picks))) {
     if (!(block_score[b] > -kInf)) continue;
     for (int32_t i = b * block_size; i < std::min(n, (b + 1) * block_size); ++i) mask[i] = 1;
   }
@@ -69,12 +90,25 @@ float IndexWeightScale(const ModelConfig& config) {
       static_cast<float>(static_cast<int64_t>(config.index_head_dim) * config.index_n_heads));
 }
 
+std::span<IndexerForwardState> IndexerForwardState::Create(size_t num_requests, size_t num_layers,
+                                                           StepArena& arena) {
+  std::span<IndexerForwardState> states = arena.Alloc<IndexerForwardState>(num_requests);
+  for (IndexerForwardState& s : states) {
+    s.topk = arena.Alloc<TopK>(num_layers);
+    s.candidates = arena.Alloc<Candidates>(num_layers);
+    std::fill(s.topk.begin(), s.topk.end(), TopK{});
+    std::fill(s.candidates.begin(), s.candidates.end(), Candidates{});
+  }
+  return states;
+}
+
 CompressedSelection IndexerForwardState::SelectionFor(const LayerRole& role) const {
   DSV41_CHECK(role.index_source_layer.has_value(), "layer %d has no index source", role.layer);
-  auto it = topk.find(*role.index_source_layer);
-  DSV41_CHECK(it != topk.end(), "layer %d: index source %d has not run", role.layer,
-              *role.index_source_layer);
-  return CompressedSelection{.entries = it->second.entries, .per_token = it->second.per_token};
+  const int32_t source = *role.index_source_layer;
+  DSV41_CHECK(
+      source >= 0 && static_cast<size_t>(source) < topk.size() && topk[source].per_token > 0,
+      "layer %d: index source %d has not run", role.layer, source);
+  return CompressedSelection{.entries = topk[source].entries, .per_token = topk[source].per_token};
 }
 
 Indexer::Indexer(const ModelConfig& config, const LayerRole& role)
@@ -111,8 +145,25 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
                       std::span<const BatchRequest> requests, const KvCacheView& cache,
                       std::span<IndexerForwardState> states, ExecContext& ctx,
                       IndexerDebug* debug) const {
-  ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
+  // What the layer publishes lives on after this call (to the end of the forward's scope): drawn
+  // before this call's own scope opens.
+  DSV41_CHECK(states.size() == requests.size(), "%zu states for %zu requests", states.size(),
+              requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BatchRequest& r = requests[i];
+    DSV41_CHECK(static_cast<size_t>(role_.layer) < states[i].topk.size(),
+                "indexer state of %zu layers", states[i].topk.size());
+    IndexerForwardState::TopK& out = states[i].topk[role_.layer];
+    out.per_token = config_.index_topk;
+    out.entries = arena.Alloc<int32_t>(static_cast<size_t>(r.num_tokens) * config_.index_topk);
+    if (role_.candidate_mode == CandidateMode::kProduce) {
+      IndexerForwardState::Candidates& cand = states[i].candidates[role_.layer];
+      cand.num_entries = (r.start_pos + r.num_tokens) / role_.ratio;
+      cand.mask = arena.AllocZeroed<uint8_t>(static_cast<size_t>(r.num_tokens) * cand.num_entries);
+    }
+  }
+  ArenaScope scope(ctx.arena);
   const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
   const int64_t num_heads = config_.index_n_heads;
   const int64_t head_dim = config_.index_head_dim;
@@ -203,8 +254,8 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
     IndexerForwardState& state = states[i];
     if (role_.candidate_mode == CandidateMode::kProduce) {
       IndexerForwardState::Candidates& cand = state.candidates[role_.layer];
-      cand.num_entries = n;
-      cand.mask.assign(t_req * static_cast<int64_t>(n), 0);
+      DSV41_CHECK(cand.num_entries == n, "candidate mask of %d entries, %d keys", cand.num_entries,
+                  n);
       for (int64_t t = 0; t < t_req; ++t) {
         const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
         CandidateMask(std::span<const float>(scores.subspan(t * n, n)), visible,
@@ -212,35 +263,38 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
                       std::span<uint8_t>(cand.mask).subspan(t * n, n));
       }
     } else if (role_.candidate_mode == CandidateMode::kFilter) {
-      auto it = state.candidates.find(config_.candidate_source_layer_id);
-      DSV41_CHECK(it != state.candidates.end(), "layer %d: candidate source %d has not run",
-                  role_.layer, config_.candidate_source_layer_id);
-      DSV41_CHECK(it->second.num_entries == n && it->second.mask.size() == scores.size(),
+      const int32_t source = config_.candidate_source_layer_id;
+      DSV41_CHECK(source >= 0 && static_cast<size_t>(source) < state.candidates.size() &&
+                      !state.candidates[source].mask.empty(),
+                  "layer %d: candidate source %d has not run", role_.layer, source);
+      const IndexerForwardState::Candidates& cand = state.candidates[source];
+      DSV41_CHECK(cand.num_entries == n && cand.mask.size() == scores.size(),
                   "layer %d: candidate mask over %d entries, keys %d", role_.layer,
-                  it->second.num_entries, n);
+                  cand.num_entries, n);
       for (size_t s = 0; s < scores.size(); ++s) {
-        if (it->second.mask[s] == 0) scores[s] = -kInf;
+        if (cand.mask[s] == 0) scores[s] = -kInf;
       }
     }
 
     // Step 6: top-k among the visible entries, ascending, −1 padded.
     IndexerForwardState::TopK& out = state.topk[role_.layer];
-    out.per_token = topk;
-    out.entries.assign(t_req * static_cast<int64_t>(topk), -1);
+    std::fill(out.entries.begin(), out.entries.end(), -1);
     if (debug != nullptr) debug->tie.assign(t_req, 0);
+    std::span<int32_t> order = arena.Alloc<int32_t>(static_cast<size_t>(n));
     for (int64_t t = 0; t < t_req; ++t) {
       const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
       std::span<const float> row = scores.subspan(t * n, visible);
-      std::vector<int32_t> picks = TopKAscending(row, topk);
-      std::copy(picks.begin(), picks.end(), out.entries.begin() + t * topk);
+      const std::span<int32_t> picks = out.entries.subspan(t * topk, topk);
+      const int32_t num_picks = TopKAscending(row, topk, order, picks);
+      const std::span<const int32_t> picked = picks.first(static_cast<size_t>(num_picks));
       if (debug != nullptr && topk < visible) {
         // The k-th highest score among the picks and the best one left out.
         float kth = kInf;
-        for (int32_t e : picks) kth = std::min(kth, row[e]);
+        for (int32_t e : picked) kth = std::min(kth, row[e]);
         float next = -kInf;
         size_t p = 0;
         for (int32_t e = 0; e < visible; ++e) {
-          if (p < picks.size() && picks[p] == e) {
+          if (p < picked.size() && picked[p] == e) {
             ++p;
             continue;
           }

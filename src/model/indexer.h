@@ -34,6 +34,10 @@ class ThreadPool;
 // step 6 and the candidate blocks' rule), returned in ascending index order. −inf scores are
 // ordinary values (they lose to every finite score and tie among themselves). NaN is not allowed.
 std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k);
+// The same into out[0 .. min(k, n)) (returns that count) with `order` (>= n ints) as scratch: no
+// allocation.
+int32_t TopKAscending(std::span<const float> scores, int32_t k, std::span<int32_t> order,
+                      std::span<int32_t> out);
 
 // The candidate mask of one token (model.md §7.5 step 5): `scores` holds the N entries' scores
 // with −inf for invisible ones, `num_visible` = V. Blocks of `block_size` entries (N padded with
@@ -49,21 +53,26 @@ float IndexWeightScale(const ModelConfig& config);
 
 // What every index source of one forward publishes for the layers after it (model.md §7.8,
 // §7.10): per index-source layer its top-k lists, and the candidate source's mask. Filled layer
-// by layer in plan order; one per request of the step, valid for that step.
+// by layer in plan order; one per request of the step, valid for that step. Everything lives in
+// the step arena (allocated by Create and by the indexers, inside the forward's arena scope).
 struct IndexerForwardState {
   struct TopK {
-    // [num_tokens, per_token] entry ids, ascending, −1 padded (the goldens' indexer_topk layout).
-    std::vector<int32_t> entries;
+    // [num_tokens, per_token] entry ids, ascending, −1 padded (the goldens' indexer_topk layout);
+    // empty until the layer's indexer ran.
+    std::span<int32_t> entries;
     int32_t per_token = 0;
   };
   struct Candidates {
     // [num_tokens, num_entries] 0/1 over the kv source's entries at the time it was computed.
-    std::vector<uint8_t> mask;
+    std::span<uint8_t> mask;
     int32_t num_entries = 0;
   };
-  std::map<int32_t, TopK> topk;              // by index-source layer
-  std::map<int32_t, Candidates> candidates;  // by candidate-source layer
+  std::span<TopK> topk;              // by layer id: what that index-source layer published
+  std::span<Candidates> candidates;  // by layer id: what that candidate source published
 
+  // `num_requests` empty states over `num_layers` layers, from `arena`.
+  static std::span<IndexerForwardState> Create(size_t num_requests, size_t num_layers,
+                                               StepArena& arena);
   // The selection layer `role` (ratio > 0) attends: the top-k its index source published. The
   // index source must have run (checked).
   CompressedSelection SelectionFor(const LayerRole& role) const;

@@ -251,7 +251,8 @@ TEST_P(IndexerGoldenTest, ScoresTopKTiesAndCandidatesMatch) {
   ContiguousKvCache cache = NewCache(d);
   std::map<int32_t, bool> stored;  // kv sources whose golden entries are in the cache
   const BatchRequest request[] = {cache.Request(0, static_cast<int32_t>(t), 0)};
-  IndexerForwardState states[1];
+  std::span<IndexerForwardState> states =
+      IndexerForwardState::Create(1, d.weights->plan().layers.size(), ctx.arena);
   IndexerForwardState& state = states[0];
   int num_index_layers = 0;
   for (const LayerRole& role : d.weights->plan().layers) {
@@ -276,7 +277,7 @@ TEST_P(IndexerGoldenTest, ScoresTopKTiesAndCandidatesMatch) {
     const int64_t n = scores_npy.shape[1];
     ASSERT_EQ(n, t / role.ratio);
     ASSERT_EQ(topk_npy.shape, (std::vector<int64_t>{t, c.index_topk}));
-    const IndexerForwardState::TopK& got = state.topk.at(l);
+    const IndexerForwardState::TopK& got = state.topk[l];
     ASSERT_EQ(got.per_token, c.index_topk);
 
     int score_mismatch = 0, topk_mismatch = 0, tie_mismatch = 0, cand_mismatch = 0, ties = 0;
@@ -305,7 +306,7 @@ TEST_P(IndexerGoldenTest, ScoresTopKTiesAndCandidatesMatch) {
         // The golden mask is over visible entries; ours also marks the invisible tail of the
         // pinned block (harmless: those entries are −inf anyway).
         const int64_t visible = (p + 1) / role.ratio;
-        const IndexerForwardState::Candidates& cand = state.candidates.at(l);
+        const IndexerForwardState::Candidates& cand = state.candidates[l];
         for (int64_t e = 0; e < n; ++e) {
           const int64_t mine = e < visible ? cand.mask[p * n + e] : 0;
           cand_mismatch += mine != want_cand[p * n + e];
@@ -342,7 +343,8 @@ TEST_P(IndexerGoldenTest, AttentionOnTheIndexerSelectionMatchesAttnOut) {
   ContiguousKvCache cache = NewCache(d);
   std::map<int32_t, bool> compressed;
   const BatchRequest request[] = {cache.Request(0, static_cast<int32_t>(t), 0)};
-  IndexerForwardState states[1];
+  std::span<IndexerForwardState> states =
+      IndexerForwardState::Create(1, d.weights->plan().layers.size(), ctx.arena);
   IndexerForwardState& state = states[0];
   int num_layers = 0;
   for (const LayerRole& role : d.weights->plan().layers) {
@@ -366,7 +368,7 @@ TEST_P(IndexerGoldenTest, AttentionOnTheIndexerSelectionMatchesAttnOut) {
       (*ix)->Forward(d.LayerInput(l), qr, request, cache.view(), states, ctx);
       const std::vector<int64_t> want_topk =
           ReadGolden(d.dir + "/indexer_topk_L" + std::to_string(l) + ".npy").ToInt64();
-      const IndexerForwardState::TopK& got = state.topk.at(l);
+      const IndexerForwardState::TopK& got = state.topk[l];
       for (int64_t p = 0; p < t; ++p) {
         if (!d.stable[p]) continue;
         for (int64_t k = 0; k < got.per_token; ++k) {
@@ -444,7 +446,8 @@ TEST(IndexerTest, ChunksDecodeAndThreadCountsSelectLikeOneShotPrefill) {
     }
     int64_t begin = 0;
     for (int64_t n : chunks) {
-      IndexerForwardState states[1];
+      std::span<IndexerForwardState> states =
+          IndexerForwardState::Create(1, d.weights->plan().layers.size(), run_ctx.arena);
       const BatchRequest request[] = {
           cache.Request(0, static_cast<int32_t>(n), static_cast<int32_t>(begin))};
       for (const LayerRole& role : d.weights->plan().layers) {
@@ -457,7 +460,7 @@ TEST(IndexerTest, ChunksDecodeAndThreadCountsSelectLikeOneShotPrefill) {
           std::vector<float> qr(n * c.q_lora_rank);
           attentions.at(l)->QueryLatent(x, static_cast<int32_t>(n), qr, run_ctx);
           indexers.at(l)->Forward(x, qr, request, cache.view(), states, run_ctx);
-          const std::vector<int32_t>& e = states[0].topk.at(l).entries;
+          const std::span<const int32_t> e = states[0].topk[l].entries;
           all_topk[l].insert(all_topk[l].end(), e.begin(), e.end());
         }
       }

@@ -1,0 +1,109 @@
+// A steady-state decode forward allocates nothing (issue 9): every global operator new is counted
+// while TextModel::Forward runs decode steps after a warm-up (the step arena has grown to its
+// high-water mark), on the tiny preset — every layer mode, the indexer and Engram included.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "base/exec_context.h"
+#include "engine/loaded_model.h"
+#include "engram/row_ids.h"
+#include "engram/token_map.h"
+#include "model/batch.h"
+#include "model/forward.h"
+#include "model/kv_layout.h"
+#include "tiny/tiny_checkpoint.h"
+#include "tiny/tiny_presets.h"
+
+// The replacements pair malloc with free throughout; GCC cannot see that across the operators.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void* operator new(std::size_t size, std::align_val_t align) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  const std::size_t a = static_cast<std::size_t>(align);
+  if (void* p = std::aligned_alloc(a, (size + a - 1) / a * a)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size, std::align_val_t align) { return operator new(size, align); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace dsv41 {
+namespace {
+
+TEST(DecodeAllocationTest, SteadyStateDecodeForwardsAllocateNothing) {
+  const std::string dir = testing::TempDir() + "/decode_alloc_tiny";
+  std::filesystem::remove_all(dir);
+  Result<TinySpec> spec = TinyPreset("tiny");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(WriteTinyCheckpoint(*spec, dir).ok());
+  Result<LoadedTextModel> m = LoadedTextModel::Load(dir);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const TextModel& model = *m->model;
+  Result<ContiguousKvCache> cache =
+      ContiguousKvCache::Create(model.config(), model.plan(), 128, KvProfile::kSeed, 0, 1);
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  OwnedExecContext exec(2);
+
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 24; ++i) ids.push_back(5 + (i * 37) % 400);
+  std::vector<int32_t> classes;
+  Batch batch;
+  std::vector<float> logits;
+  int64_t allocations = 0;
+  // Position `start` onwards: the prompt in one forward, then one token per forward.
+  const auto run = [&](int32_t start, int32_t n, bool count) {
+    classes.resize(ids.size());
+    ASSERT_TRUE(MapTokensToEngramClasses(m->token_map, ids, classes).ok());
+    batch.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
+    batch.requests.assign(1, cache->Request(0, n, start));
+    batch.logit_rows.assign(1, n - 1);
+    batch.engram_rows.resize(static_cast<size_t>(n) * m->engram.num_layers() *
+                             m->engram.num_cols());
+    ComputeEngramRows(m->engram, classes, {}, start, n, batch.engram_rows);
+    logits.resize(static_cast<size_t>(model.vocab_size()));
+    g_allocations = 0;
+    g_counting = count;
+    const Status s = model.Forward(batch, cache->view(), logits, exec.ctx);
+    g_counting = false;
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    exec.arena.Reset();
+    allocations += count ? g_allocations.load() : 0;
+    int32_t best = 0;
+    for (int32_t v = 1; v < model.vocab_size(); ++v) best = logits[v] > logits[best] ? v : best;
+    ids.push_back(best);
+  };
+  run(0, static_cast<int32_t>(ids.size()), false);
+  for (int step = 0; step < 8; ++step) run(static_cast<int32_t>(ids.size()) - 1, 1, false);
+  for (int step = 0; step < 16; ++step) run(static_cast<int32_t>(ids.size()) - 1, 1, true);
+  EXPECT_EQ(allocations, 0) << "heap allocations in 16 decode forwards";
+}
+
+}  // namespace
+}  // namespace dsv41
