@@ -92,6 +92,22 @@ TEST(TextCliTest, RunGeneratesAndSamplesWithASeed) {
   EXPECT_EQ(a.out, b.out) << "one seed, one text";
 }
 
+// Start-up reports the weights made resident (the tiny model fits in memory) and the numerics; with
+// --no-prefault it says the pages are left to fault in.
+TEST(TextCliTest, StartUpReportsPrefaultAndNumerics) {
+  const std::string base = kDsv41Binary + " run --model " + kModel + " -p hi -n 1";
+  const RunResult on = RunCommand(base + " 2>&1 >/dev/null");
+  ASSERT_EQ(on.exit_code, 0);
+  EXPECT_NE(on.out.find("weights: "), std::string::npos) << on.out;
+  EXPECT_NE(on.out.find("resident (prefaulted"), std::string::npos) << on.out;
+  EXPECT_NE(on.out.find("numerics: "), std::string::npos) << on.out;
+  const RunResult off = RunCommand(base + " --no-prefault 2>&1 >/dev/null");
+  ASSERT_EQ(off.exit_code, 0);
+  EXPECT_NE(off.out.find("not prefaulted (--no-prefault)"), std::string::npos) << off.out;
+  EXPECT_EQ(RunCommand(base + " --numerics bogus 2>/dev/null").exit_code, 2);
+  EXPECT_EQ(RunCommand(base + " --numerics reference >/dev/null 2>&1").exit_code, 0);
+}
+
 TEST(TextCliTest, BadUsageExitsTwo) {
   EXPECT_EQ(RunCommand(kDsv41Binary + " logits --model " + kModel + " --top-k 2").exit_code, 2);
   EXPECT_EQ(

@@ -66,6 +66,31 @@ std::span<const std::byte> MappedFile::bytes() const {
 
 const std::string& MappedFile::path() const { return impl_->path; }
 
+uint64_t AvailableMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+uint64_t PrefaultPages(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return 0;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(bytes.data());
+  const uintptr_t aligned = begin / page * page;
+  ::madvise(reinterpret_cast<void*>(aligned), begin + bytes.size() - aligned, MADV_WILLNEED);
+  uint64_t sum = 0;
+  for (uintptr_t p = aligned < begin ? aligned + page : aligned; p < begin + bytes.size();
+       p += page) {
+    sum += static_cast<uint8_t>(*reinterpret_cast<const volatile std::byte*>(p));
+  }
+  return sum + static_cast<uint8_t>(bytes[0]);
+}
+
 Result<std::string> ReadFileToString(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError("%s: cannot open for reading", path.c_str());

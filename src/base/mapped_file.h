@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,6 +32,15 @@ class MappedFile {
   explicit MappedFile(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Bytes of memory the kernel reports as available for new data (MemAvailable in /proc/meminfo);
+// 0 when unknown.
+uint64_t AvailableMemoryBytes();
+
+// Makes every page of `bytes` (inside a mapping) resident: asks the kernel to read them ahead
+// (MADV_WILLNEED), then touches one byte per page. Thread-safe; returns the sum of the bytes
+// touched (so the reads cannot be elided).
+uint64_t PrefaultPages(std::span<const std::byte> bytes);
 
 // Reads a whole file into a string. Errors name the path.
 Result<std::string> ReadFileToString(const std::string& path);

@@ -153,6 +153,7 @@ int RunBench(const BenchFlags& flags) {
   }
   const int threads = ComputeThreads(flags.engine);
   ThreadPool pool(threads);
+  PrefaultWeights(*m, pool, flags.engine);
   const MachineLimits limits = MeasureMachineLimits(pool);
   const double roof = limits.compute_roof_flops_per_second();
 

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <thread>
@@ -36,6 +37,30 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
                  "weight products: fast (this CPU's fastest kernel, fp32 accumulation), reference "
                  "(exact accumulation, slow), fma or bf16-dot (force a fast kernel)")
       ->capture_default_str();
+  app.add_flag("--no-prefault", flags.no_prefault,
+               "leave the weights' pages to fault in on first use instead of reading them all at "
+               "start-up (they are read ahead only when they fit in memory)");
+}
+
+void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags) {
+  if (flags.no_prefault) {
+    std::fprintf(stderr, "weights: not prefaulted (--no-prefault): pages fault in on first use\n");
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const LoadedTextModel::Prefault p = model.PrefaultWeights(pool);
+  const double gib = static_cast<double>(p.weight_bytes) / (1 << 30);
+  const double avail = static_cast<double>(p.available_bytes) / (1 << 30);
+  if (p.done) {
+    std::fprintf(
+        stderr, "weights: %.2f GiB resident (prefaulted in %.1f s; %.1f GiB were available)\n", gib,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), avail);
+  } else {
+    std::fprintf(stderr,
+                 "weights: %.2f GiB mapped, not prefaulted (more than 3/4 of the %.1f GiB "
+                 "available): pages fault in on first use\n",
+                 gib, avail);
+  }
 }
 
 Result<Numerics> ParseNumerics(const std::string& name) {

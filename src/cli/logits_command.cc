@@ -105,6 +105,7 @@ int RunLogits(const LogitsFlags& flags) {
     options->max_num_batched_tokens = std::max<int32_t>(1, static_cast<int32_t>(ids.size()));
   }
   ThreadPool pool(ComputeThreads(flags.engine));
+  PrefaultWeights(*m, pool, flags.engine);
   const int64_t positions = static_cast<int64_t>(ids.size());
   Result<std::vector<float>> logits = PromptLogits(*m, *options, pool, ids);
   if (!logits.ok()) {

@@ -44,6 +44,7 @@ int RunRun(RunFlags flags) {
     return 1;
   }
   ThreadPool pool(ComputeThreads(flags.engine));
+  PrefaultWeights(*m, pool, flags.engine);
   Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, *options, pool);
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv41 run: %s\n", engine.status().ToString().c_str());

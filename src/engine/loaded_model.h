@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "engram/hash_constants.h"
 #include "engram/token_map.h"
 #include "model/forward.h"
@@ -30,6 +31,17 @@ struct LoadedTextModel {
   const ModelConfig& config() const { return weights->config(); }
   // The end-of-sentence id: the tokenizer's "<｜end▁of▁sentence｜>", else the config's.
   int32_t eos_token_id() const;
+
+  // What PrefaultWeights did.
+  struct Prefault {
+    uint64_t weight_bytes = 0;     // the text model's weights (no Engram tables, no DSpark)
+    uint64_t available_bytes = 0;  // MemAvailable before
+    bool done = false;             // false: they did not fit in 3/4 of the available memory
+  };
+  // Makes the text model's mapped weights resident when they fit in 3/4 of the available memory
+  // (every page touched, in parallel over `pool`), so no decode step waits on a page fault. The
+  // Engram tables stay with their storage tier.
+  Prefault PrefaultWeights(ThreadPool& pool) const;
 };
 
 }  // namespace dsv41
