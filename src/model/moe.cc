@@ -94,15 +94,6 @@ void RouteToken(std::span<const float> logits, std::span<const float> bias,
   for (float& w : weights) w = w * options.routed_scaling_factor;
 }
 
-float SwigluActivation(float g, float u, float limit, float weight) {
-  if (limit > 0.0f) {
-    u = std::min(std::max(u, -limit), limit);
-    g = std::min(g, limit);
-  }
-  const float a = Silu(g) * u;
-  return weight * a;
-}
-
 Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix) {
   const ModelConfig& config = weights.config();
   const bool is_dspark = prefix.substr(0, 4) == "mtp.";
@@ -252,13 +243,20 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
   // §8, §12.5: g = bf16(weight · SwiGLU(bf16(g), bf16(u))), the input of w2 (the shared expert's
   // weight 1 multiplies exactly).
   ctx.pool.ParallelFor(hidden_rows, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float weight = r < num_assigned ? weight_of[r] : 1.0f;
-      float* g = gs.data() + r * inter;
-      const float* u = us.data() + r * inter;
-      for (int64_t j = 0; j < inter; ++j) {
-        g[j] = Bf16Round(SwigluActivation(Bf16Round(g[j]), Bf16Round(u[j]), swiglu_limit_, weight));
-      }
+    // The routed rows carry their routing weights, the shared expert's rows weight 1.
+    const int64_t routed_end = std::min(end, num_assigned);
+    if (begin < routed_end) {
+      SwigluRowsSimd(
+          gs.subspan(begin * inter, (routed_end - begin) * inter),
+          std::span<const float>(us).subspan(begin * inter, (routed_end - begin) * inter),
+          routed_end - begin, inter, weight_of.subspan(begin, routed_end - begin), swiglu_limit_);
+    }
+    const int64_t shared_begin = std::max(begin, num_assigned);
+    if (shared_begin < end) {
+      SwigluRowsSimd(
+          gs.subspan(shared_begin * inter, (end - shared_begin) * inter),
+          std::span<const float>(us).subspan(shared_begin * inter, (end - shared_begin) * inter),
+          end - shared_begin, inter, {}, swiglu_limit_);
     }
   });
 

@@ -8,6 +8,7 @@
 
 #include "base/exec_context.h"
 #include "base/status.h"
+#include "kernels/activation.h"  // SwigluActivation
 #include "kernels/linear.h"
 #include "model/config.h"
 
@@ -35,11 +36,6 @@ struct RouterOptions {
 void RouteToken(std::span<const float> logits, std::span<const float> bias,
                 const RouterOptions& options, std::span<int32_t> experts, std::span<float> weights,
                 std::span<float> scratch = {});
-
-// One expert's SwiGLU activation of model.md §8 for one element, before the bf16 rounding that
-// precedes w2: g and u are the (bf16-valued) w1 and w3 outputs; with limit > 0,
-// u = clamp(u, −limit, limit) and g = min(g, limit); returns weight · (silu(g) · u) in fp32.
-float SwigluActivation(float g, float u, float limit, float weight);
 
 // The experts each token was routed to, for tests and DSpark.
 struct MoeRouting {
