@@ -80,49 +80,6 @@ Result<LinearWeight> SliceRows(const LinearWeight& w, int64_t row_begin, int64_t
 
 }  // namespace
 
-void SinkAttention(std::span<const float> q, std::span<const float* const> keys, float sink,
-                   float scale, std::span<float> out) {
-  const size_t dim = q.size();
-  DSV41_CHECK(out.size() == dim, "out %zu, q %zu", out.size(), dim);
-  if (keys.empty()) {
-    std::fill(out.begin(), out.end(), 0.0f);
-    return;
-  }
-  // The accumulator lives on the stack for every real head size (one call per token and head).
-  constexpr size_t kStackDims = 1024;
-  float stack_acc[kStackDims];
-  std::vector<float> heap_acc(dim > kStackDims ? dim : 0);
-  const std::span<float> acc(dim > kStackDims ? heap_acc.data() : stack_acc, dim);
-  std::fill(acc.begin(), acc.end(), 0.0f);
-  float stack_pv[kStackDims];
-  std::vector<float> heap_pv(dim > kStackDims ? dim : 0);
-  const std::span<float> pv(dim > kStackDims ? heap_pv.data() : stack_pv, dim);
-  float scores[kAttentionKeyBlock];
-  float probs[kAttentionKeyBlock];
-  float probs_bf16[kAttentionKeyBlock];
-  float m = -1e30f;
-  float den = 0.0f;
-  for (size_t begin = 0; begin < keys.size(); begin += kAttentionKeyBlock) {
-    const size_t n = std::min<size_t>(kAttentionKeyBlock, keys.size() - begin);
-    float block_max = -INFINITY;
-    for (size_t k = 0; k < n; ++k) {
-      scores[k] = ExactDotSimd(q, std::span<const float>(keys[begin + k], dim)) * scale;
-      block_max = std::max(block_max, scores[k]);
-    }
-    const float m_new = std::max(m, block_max);
-    const float alpha = CrExp(m - m_new);
-    for (size_t k = 0; k < n; ++k) probs[k] = CrExp(scores[k] - m_new);
-    den = den * alpha + ExactSumSimd(std::span<const float>(probs, n));
-    for (size_t k = 0; k < n; ++k) probs_bf16[k] = Bf16Round(probs[k]);
-    ExactDotColumnsSimd(std::span<const float>(probs_bf16, n),
-                        std::span<const float* const>(keys.data() + begin, n), pv);
-    for (size_t d = 0; d < dim; ++d) acc[d] = acc[d] * alpha + pv[d];
-    m = m_new;
-  }
-  den = den + CrExp(sink - m);
-  for (size_t d = 0; d < dim; ++d) out[d] = Bf16Round(acc[d] / den);
-}
-
 Attention::Attention(const ModelConfig& config, const LayerRole& role, std::string prefix)
     : config_(config),
       role_(role),

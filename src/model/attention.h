@@ -18,6 +18,7 @@
 #include "base/exec_context.h"
 #include "base/status.h"
 #include "kernels/linear.h"
+#include "kernels/sparse_attention.h"  // SinkAttention, kAttentionKeyBlock
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/kv_layout.h"
@@ -29,18 +30,6 @@ namespace dsv41 {
 
 class ModelWeights;
 class ThreadPool;
-
-// model.md §7.6: the key list is cut into consecutive blocks of this many keys.
-inline constexpr int32_t kAttentionKeyBlock = 64;
-
-// The sparse attention of one query head over an ordered key list (K = V), model.md §7.6:
-// online softmax over blocks of kAttentionKeyBlock keys, running max starting at -1e30,
-// s_k = fp32(ExactDot(q, k)) · scale, p_k = CrExp(s_k − m'), den = den·α + ExactSum(p_k),
-// acc = acc·α + ExactSum_k(bf16(p_k)·k) per dim, then den += CrExp(sink − m) after the last block
-// (the sink never enters the running max), out = bf16(acc / den). q, out: head_dim floats; every
-// keys[i] points at head_dim floats. An empty key list gives zeros. Pure; thread-safe.
-void SinkAttention(std::span<const float> q, std::span<const float* const> keys, float sink,
-                   float scale, std::span<float> out);
 
 // The compressed entries each new token of one request attends (model.md §7.6, §7.8 keys_c):
 // `entries` [num_tokens, per_token] holds entry ids of the layer's kv source in ascending order,
