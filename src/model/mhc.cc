@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/exact_sum.h"
+#include "kernels/stream_mix.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -258,40 +259,14 @@ void HcPreRows(std::span<const float> x, std::span<const float> pre, int64_t row
 }
 
 void HcPre(std::span<const float> x, std::span<const float> pi, std::span<float> out) {
-  const size_t hc = pi.size();
-  const size_t dim = out.size();
-  DSV41_CHECK(hc >= 1 && x.size() == hc * dim, "HcPre: %zu values for %zu streams of %zu", x.size(),
-              hc, dim);
-  for (size_t d = 0; d < dim; ++d) {
-    float sum = pi[0] * x[d];
-    for (size_t k = 1; k < hc; ++k) {
-      const float product = pi[k] * x[k * dim + d];
-      sum = sum + product;
-    }
-    out[d] = Bf16Round(sum);
-  }
+  HcPreSimd(x, pi, out);
 }
 
 void HcPost(std::span<const float> y, std::span<const float> r, const MhcMix& mix,
             std::span<float> out) {
-  const int32_t hc = mix.hc_mult;
-  const size_t dim = y.size();
-  DSV41_CHECK(hc >= 1 && r.size() == hc * dim && out.size() == r.size(),
-              "HcPost: %zu stream values, %zu outputs for %d streams of %zu", r.size(), out.size(),
-              hc, dim);
-  std::array<float, kMaxHcMult> column{};
-  for (size_t d = 0; d < dim; ++d) {
-    for (int32_t i = 0; i < hc; ++i) column[i] = r[i * dim + d];  // out may alias r
-    for (int32_t k = 0; k < hc; ++k) {
-      float mix_k = mix.C(0, k) * column[0];
-      for (int32_t i = 1; i < hc; ++i) {
-        const float product = mix.C(i, k) * column[i];
-        mix_k = mix_k + product;
-      }
-      const float scaled = mix.post[k] * y[d];
-      out[k * dim + d] = Bf16Round(scaled + mix_k);
-    }
-  }
+  const size_t hc = static_cast<size_t>(mix.hc_mult);
+  HcPostSimd(y, r, std::span<const float>(mix.comb.data(), hc * hc),
+             std::span<const float>(mix.post.data(), hc), out);
 }
 
 }  // namespace dsv41
