@@ -13,8 +13,11 @@
 namespace dsv41 {
 namespace {
 
+// A tiny model in a directory of the running test's own (ctest runs the tests of this file in
+// parallel processes).
 std::string TinyModel() {
-  const std::string dir = testing::TempDir() + "/bench_cli_tiny";
+  const std::string dir = testing::TempDir() + "/bench_cli_" +
+                          testing::UnitTest::GetInstance()->current_test_info()->name();
   std::filesystem::remove_all(dir);
   const RunResult tiny = RunCommand(kDsv41Binary + " tiny --preset tiny --out " + dir);
   EXPECT_EQ(tiny.exit_code, 0) << tiny.out;
