@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "checkpoint/dtype.h"
+#include "kernels/engram_gate.h"
 #include "kernels/exact_sum.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
@@ -184,7 +185,8 @@ void EngramFusion::Project(std::span<const float> e, int64_t num_tokens, std::sp
   LinearBf16(wkv_, e, num_tokens, kv, ctx);
 }
 
-void EngramFusion::FuseToken(const float* kv, float* streams, float* gate, bool dead) const {
+void EngramFusion::FuseToken(const float* kv, float* streams, float* gate, bool dead,
+                             std::span<float> scratch) const {
   const size_t hidden = static_cast<size_t>(hidden_);
   const float* value = kv + static_cast<size_t>(hc_mult_) * hidden;  // V, shared by the streams
   const float tiny = 1e-6f;
@@ -196,15 +198,15 @@ void EngramFusion::FuseToken(const float* kv, float* streams, float* gate, bool 
     const std::span<const float> key_span(key, hidden);
     const float r =
         CrRsqrt(ExactMeanSquareSimd(h_span) + eps_) * CrRsqrt(ExactMeanSquareSimd(key_span) + eps_);
-    ExactAccumulator sum;
     // fp32(fp32(H·w)·K) per element (H·w is exact: 8- and 16-bit significands; the product with
     // K is rounded), then the exact sum of those, rounded once (§9.6, §12.8 item 2).
-    for (size_t d = 0; d < hidden; ++d) sum.Add(h[d] * w[d] * key[d]);
-    const float dot = sum.Round() * r * inv_sqrt_hidden_;
+    const float sum =
+        EngramGateDotSimd(h_span, std::span<const float>(w, hidden), key_span, scratch);
+    const float dot = sum * r * inv_sqrt_hidden_;
     float g = Sigmoid(std::copysign(CrSqrt(std::fmax(std::fabs(dot), tiny)), dot));
     if (dead) g = 0.0f;
     if (gate != nullptr) gate[j] = g;
-    for (size_t d = 0; d < hidden; ++d) h[d] = Bf16Round(h[d] + g * value[d]);
+    AddGatedSimd(std::span<float>(h, hidden), g, std::span<const float>(value, hidden));
   }
 }
 
@@ -220,12 +222,17 @@ void EngramFusion::Fuse(std::span<const float> kv, int64_t num_tokens, std::span
               "Fuse: %lld tokens, kv %zu, streams %zu, gate %zu, dead %zu",
               static_cast<long long>(num_tokens), kv.size(), streams.size(), gate.size(),
               dead.size());
-  const auto run = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+  ArenaScope scope(ctx.arena);
+  // Per-thread scratch for the gate terms, drawn before the parallel region.
+  std::span<float> scratch = ctx.arena.Alloc<float>(static_cast<size_t>(ctx.pool.num_threads()) *
+                                                    static_cast<size_t>(hidden_));
+  const auto run = [&](int64_t begin, int64_t end, int thread_idx) {
     for (int64_t t = begin; t < end; ++t) {
       const size_t i = static_cast<size_t>(t);
       FuseToken(kv.data() + i * static_cast<size_t>(engram_out()), streams.data() + i * stream_size,
                 gate.empty() ? nullptr : gate.data() + i * static_cast<size_t>(hc_mult_),
-                !dead.empty() && dead[i] != 0);
+                !dead.empty() && dead[i] != 0,
+                scratch.subspan(static_cast<size_t>(thread_idx) * hidden_, hidden_));
     }
   };
   ctx.pool.ParallelFor(num_tokens, 1, run);

@@ -114,8 +114,9 @@ class EngramFusion {
  private:
   EngramFusion() = default;
 
-  // Fuse of one token.
-  void FuseToken(const float* kv, float* streams, float* gate, bool dead) const;
+  // Fuse of one token; scratch: hidden_size floats.
+  void FuseToken(const float* kv, float* streams, float* gate, bool dead,
+                 std::span<float> scratch) const;
 
   std::unique_ptr<MappedEngramRowSource> resident_rows_;
   LinearWeight wkv_;
