@@ -7,10 +7,11 @@
 namespace dsv41 {
 
 Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir,
-                                              const TextModelOptions& options) {
+                                              const TextModelOptions& options,
+                                              const ProgressFn& progress) {
   LoadedTextModel m;
   DSV41_ASSIGN_OR_RETURN(ModelWeights weights,
-                         ModelWeights::Load(dir, LoadOptions{.include_dspark = false}));
+                         ModelWeights::Load(dir, LoadOptions{.include_dspark = false}, progress));
   m.weights = std::make_unique<ModelWeights>(std::move(weights));
   DSV41_ASSIGN_OR_RETURN(m.model, TextModel::Load(*m.weights, options));
   DSV41_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(dir + "/tokenizer.json"));
