@@ -1,0 +1,31 @@
+#include "server/response_writer.h"
+
+#include "server/anthropic_api.h"
+#include "server/openai_api.h"
+
+namespace dsv41 {
+
+std::unique_ptr<ResponseWriter> MakeResponseWriter(const GenerationRequest& request,
+                                                   const ServedModel& model) {
+  switch (request.api) {
+    case Api::kChatCompletions:
+      return MakeChatCompletionsWriter(request, model);
+    case Api::kCompletions:
+      return MakeCompletionsWriter(request, model);
+    case Api::kMessages:
+      return MakeMessagesWriter(request, model);
+  }
+  return nullptr;
+}
+
+std::string SseData(const JsonValue& value) { return "data: " + FormatJson(value) + "\n\n"; }
+
+std::string SseEvent(std::string_view name, const JsonValue& value) {
+  std::string out = "event: ";
+  out.append(name);
+  out += '\n';
+  out += SseData(value);
+  return out;
+}
+
+}  // namespace dsv41
