@@ -37,16 +37,18 @@ function(dsv41_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# dsv41_test(NAME SOURCES ... DEPS ...): a GoogleTest binary registered with CTest.
+# dsv41_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary registered with CTest,
+# its tests carrying the CTest LABELS (ctest -L server).
 function(dsv41_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   dsv41_target_defaults(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_compile_definitions(${name} PRIVATE DSV41_SHARED_DIR="${DSV41_SHARED_DIR}"
                                              DSV41_SOURCE_ROOT="${CMAKE_SOURCE_DIR}")
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-                       PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}")
+                       PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                  LABELS "${ARG_LABELS}")
 endfunction()
 
 # dsv41_benchmark(NAME SOURCES ... DEPS ...): a Google Benchmark program (not a test).

@@ -87,20 +87,20 @@ void EngineLoop::Run() {
       abort_all = abort_all_;
       stop = stop_;
     }
-    size_t num_refused = 0;
+    std::vector<std::pair<std::shared_ptr<RequestStream>, Status>> refused;
     for (Pending& p : submissions) {
       Result<uint64_t> id = backend_.AddRequest(std::move(p.submission.prompt_ids),
                                                 p.submission.params, p.submission.options);
       if (!id.ok()) {
-        p.stream->Reject(id.status());
-        ++num_refused;
+        refused.emplace_back(p.stream, id.status());
         continue;
       }
       engine_id_of_[p.stream->id()] = *id;
       live_.emplace(*id, Live{.stream = p.stream, .has_token = false, .last_token = {}});
       p.stream->Admit();
     }
-    if (num_refused > 0) Finished(num_refused);
+    if (!refused.empty()) Finished(refused.size());
+    for (auto& [stream, status] : refused) stream->Reject(std::move(status));
     if (abort_all) {
       for (const auto& [engine_id, live] : live_) aborts.push_back(live.stream->id());
     }
@@ -132,6 +132,7 @@ void EngineLoop::Run() {
 void EngineLoop::Dispatch(std::vector<RequestOutput> outputs) {
   const RequestStream::Clock::time_point now = RequestStream::Clock::now();
   size_t num_finished = 0;
+  std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> deliveries;
   for (RequestOutput& out : outputs) {
     const auto it = live_.find(out.request_id);
     if (it == live_.end()) continue;  // failed earlier (FailAll)
@@ -154,21 +155,27 @@ void EngineLoop::Dispatch(std::vector<RequestOutput> outputs) {
                         static_cast<unsigned long long>(live.stream->id()), out.error.c_str());
       }
     }
-    const std::shared_ptr<RequestStream> stream = live.stream;
+    deliveries.emplace_back(live.stream, std::move(out));
     if (finished) {
-      engine_id_of_.erase(stream->id());
+      engine_id_of_.erase(live.stream->id());
       live_.erase(it);
       ++num_finished;
     }
-    stream->Push(std::move(out));
   }
+  // Counted out before the streams see their last output, so a client that sends its next
+  // request the moment a response ends is never refused for its own finished one.
   if (num_finished > 0) Finished(num_finished);
+  for (auto& [stream, out] : deliveries) stream->Push(std::move(out));
 }
 
 void EngineLoop::FailAll(const Status& status) {
   DSV41_LOG_ERROR("engine step failed; ending %zu requests: %s", live_.size(),
                   status.ToString().c_str());
-  for (auto& [engine_id, live] : live_) {
+  std::map<uint64_t, Live> failed = std::move(live_);
+  live_.clear();
+  engine_id_of_.clear();
+  if (!failed.empty()) Finished(failed.size());
+  for (auto& [engine_id, live] : failed) {
     (void)backend_.Abort(engine_id);
     RequestOutput out;
     out.request_id = engine_id;
@@ -176,10 +183,6 @@ void EngineLoop::FailAll(const Status& status) {
     out.error = status.ToString();
     live.stream->Push(std::move(out));
   }
-  const size_t count = live_.size();
-  live_.clear();
-  engine_id_of_.clear();
-  if (count > 0) Finished(count);
 }
 
 }  // namespace dsv41
