@@ -203,6 +203,8 @@ int RunServe(ServeFlags flags) {
     if (flags.log_stats_interval_s <= 0) continue;
     const auto now_time = std::chrono::steady_clock::now();
     const EngineStats now = metrics.engine_stats();
+    const bool idle = now.running == 0 && now.waiting == 0 && now.num_steps == last.num_steps;
+    if (idle) continue;  // nothing happened since the last line
     PrintStats(now, last, std::chrono::duration<double>(now_time - last_time).count());
     last = now;
     last_time = now_time;
@@ -213,6 +215,9 @@ int RunServe(ServeFlags flags) {
                signals.signal_number(), loop.num_live(), flags.shutdown_timeout_s);
   (*server)->SetShuttingDown();
   loop.Shutdown(std::chrono::milliseconds(static_cast<int64_t>(flags.shutdown_timeout_s * 1000)));
+  // Every request has its last output now; let the HTTP threads write it (bounded, for clients
+  // that stopped reading).
+  (*server)->WaitIdle(std::chrono::seconds(5));
   (*server)->Stop();
   std::fprintf(stderr, "dsv41 serve: stopped\n");
   return 0;

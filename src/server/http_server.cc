@@ -3,7 +3,9 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -22,6 +24,7 @@ namespace dsv41 {
 // Everything one streaming request needs after its handler returned (httplib calls the content
 // provider later on the same thread).
 struct StreamState {
+  std::shared_ptr<void> active;  // counts the request as in flight while it lives
   GenerationRequest request;
   std::unique_ptr<GenerationTracker> tracker;
   std::unique_ptr<ResponseWriter> writer;
@@ -44,7 +47,25 @@ struct HttpServer::Impl {
   uint64_t progress_done = 0;   // guarded by progress_mu
   uint64_t progress_total = 0;  // guarded by progress_mu
 
+  std::mutex active_mu;
+  std::condition_variable idle;
+  int num_active = 0;  // guarded by active_mu: generation requests not yet answered in full
+
   Impl(const HttpServerOptions& o, ServerMetrics& m) : options(o), metrics(m) {}
+
+  // A token whose lifetime is one generation request's, from its handler to the end of its
+  // response (a stream's lives in the content provider httplib keeps until the stream ends).
+  std::shared_ptr<void> Active() {
+    {
+      std::lock_guard<std::mutex> lock(active_mu);
+      ++num_active;
+    }
+    return std::shared_ptr<void>(nullptr, [this](void*) {
+      std::lock_guard<std::mutex> lock(active_mu);
+      --num_active;
+      idle.notify_all();
+    });
+  }
 
   // --- errors ---------------------------------------------------------------------------------
 
@@ -159,6 +180,7 @@ struct HttpServer::Impl {
     if (!parsed.ok()) return SendError(anthropic, ApiErrorFromStatus(parsed.status()), res);
 
     auto state = std::make_shared<StreamState>();
+    state->active = Active();
     state->request = std::move(parsed).value();
     SubmitRefusal refusal = SubmitRefusal::kNone;
     state->stream = loop.load()->Submit(state->request.submission, &refusal);
@@ -384,6 +406,11 @@ void HttpServer::SetReady(const ServedModel& model, EngineLoop& loop) {
 }
 
 void HttpServer::SetShuttingDown() { impl_->shutting_down.store(true); }
+
+bool HttpServer::WaitIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(impl_->active_mu);
+  return impl_->idle.wait_for(lock, timeout, [this] { return impl_->num_active == 0; });
+}
 
 void HttpServer::Stop() {
   if (impl_ == nullptr) return;

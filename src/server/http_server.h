@@ -52,7 +52,11 @@ class HttpServer {
   void SetReady(const ServedModel& model, EngineLoop& loop);
   // /health turns 503 and new requests get 503; streams in flight go on.
   void SetShuttingDown();
-  // Stops listening and joins the HTTP threads (in-flight handlers return first). Idempotent.
+  // Waits up to `timeout` until every generation request got its whole response (streams ended);
+  // false at the timeout.
+  bool WaitIdle(std::chrono::milliseconds timeout);
+  // Stops listening and joins the HTTP threads (in-flight handlers return first); a stream still
+  // open is cut. Idempotent.
   void Stop();
 
   struct Impl;

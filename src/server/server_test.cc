@@ -18,6 +18,7 @@
 #include "server/engine_loop.h"
 #include "server/http_client.h"
 #include "server/http_server.h"
+#include "server/json_path.h"
 #include "server/metrics.h"
 #include "server/scripted_backend.h"
 #include "text/json_format.h"
@@ -27,28 +28,6 @@
 
 namespace dsv41 {
 namespace {
-
-// The member at `path` ("choices.0.message.content": object keys and array indexes), or nullptr.
-const JsonValue* At(const JsonValue& root, std::string_view path) {
-  const JsonValue* v = &root;
-  while (!path.empty() && v != nullptr) {
-    const size_t dot = path.find('.');
-    const std::string_view key = path.substr(0, dot);
-    path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
-    if (v->is_array()) {
-      const size_t i = static_cast<size_t>(std::atoi(std::string(key).c_str()));
-      v = i < v->array.size() ? &v->array[i] : nullptr;
-    } else {
-      v = v->Find(key);
-    }
-  }
-  return v;
-}
-
-std::string Text(const JsonValue& root, std::string_view path) {
-  const JsonValue* v = At(root, path);
-  return v != nullptr ? v->text : "<missing " + std::string(path) + ">";
-}
 
 JsonValue Parse(const std::string& body) {
   Result<JsonValue> v = ParseJsonValue(body, "response");
@@ -97,23 +76,24 @@ ChatStream CollectChat(const std::vector<SseMessage>& events) {
       continue;
     }
     const JsonValue chunk = Parse(events[i].data);
-    if (const JsonValue* usage = At(chunk, "usage"); usage != nullptr && !usage->is_null()) {
+    if (const JsonValue* usage = JsonAt(chunk, "usage"); usage != nullptr && !usage->is_null()) {
       s.usage = *usage;
     }
-    const JsonValue* delta = At(chunk, "choices.0.delta");
+    const JsonValue* delta = JsonAt(chunk, "choices.0.delta");
     if (delta == nullptr) continue;
-    if (i == 0) s.first_is_role = Text(*delta, "role") == "assistant";
+    if (i == 0) s.first_is_role = JsonText(*delta, "role") == "assistant";
     if (const JsonValue* r = delta->Find("reasoning_content")) s.reasoning += r->text;
     if (const JsonValue* c = delta->Find("content")) s.content += c->text;
     if (const JsonValue* calls = delta->Find("tool_calls")) {
       for (const JsonValue& call : calls->array) {
-        const size_t idx = static_cast<size_t>(std::atoi(Text(call, "index").c_str()));
+        const size_t idx = static_cast<size_t>(std::atoi(JsonText(call, "index").c_str()));
         if (s.calls.size() <= idx) s.calls.resize(idx + 1);
-        s.calls[idx].first += Text(call, "function.name");
-        s.calls[idx].second += Text(call, "function.arguments");
+        s.calls[idx].first += JsonText(call, "function.name");
+        s.calls[idx].second += JsonText(call, "function.arguments");
       }
     }
-    if (const JsonValue* f = At(chunk, "choices.0.finish_reason"); f != nullptr && !f->is_null()) {
+    if (const JsonValue* f = JsonAt(chunk, "choices.0.finish_reason");
+        f != nullptr && !f->is_null()) {
       s.finish_reason = f->text;
     }
   }
@@ -135,22 +115,22 @@ MessagesStream CollectMessages(const std::vector<SseMessage>& events) {
   for (const SseMessage& e : events) {
     s.event_names.push_back(e.event);
     const JsonValue data = Parse(e.data);
-    EXPECT_EQ(Text(data, "type"), e.event) << "event name and data type agree";
+    EXPECT_EQ(JsonText(data, "type"), e.event) << "event name and data type agree";
     if (e.event == "content_block_start") {
-      s.blocks.emplace_back(Text(data, "content_block.type"), "");
-      if (Text(data, "content_block.type") == "tool_use") {
-        s.tool_names.push_back(Text(data, "content_block.name"));
+      s.blocks.emplace_back(JsonText(data, "content_block.type"), "");
+      if (JsonText(data, "content_block.type") == "tool_use") {
+        s.tool_names.push_back(JsonText(data, "content_block.name"));
       }
     } else if (e.event == "content_block_delta") {
-      const std::string type = Text(data, "delta.type");
+      const std::string type = JsonText(data, "delta.type");
       const std::string key = type == "thinking_delta" ? "delta.thinking"
                               : type == "text_delta"   ? "delta.text"
                                                        : "delta.partial_json";
-      s.blocks.back().second += Text(data, key);
+      s.blocks.back().second += JsonText(data, key);
     } else if (e.event == "message_delta") {
-      s.stop_reason = Text(data, "delta.stop_reason");
-      s.stop_sequence = *At(data, "delta.stop_sequence");
-      s.usage = *At(data, "usage");
+      s.stop_reason = JsonText(data, "delta.stop_reason");
+      s.stop_sequence = *JsonAt(data, "delta.stop_sequence");
+      s.usage = *JsonAt(data, "usage");
     }
   }
   return s;
@@ -227,15 +207,15 @@ class ServerTest : public ::testing::Test {
     const HttpResponse chat = Post("/v1/chat/completions", kChatBody);
     ASSERT_EQ(chat.status, 200) << chat.body;
     const JsonValue c = Parse(chat.body);
-    EXPECT_EQ(Text(c, "choices.0.message.reasoning_content"), kReasoning);
-    EXPECT_EQ(Text(c, "choices.0.message.content"), kContent);
-    EXPECT_EQ(Text(c, "choices.0.message.tool_calls.0.function.name"), "get_weather");
-    EXPECT_EQ(Text(c, "choices.0.message.tool_calls.0.function.arguments"), kArguments);
-    EXPECT_EQ(Text(c, "choices.0.message.tool_calls.0.type"), "function");
-    EXPECT_TRUE(Text(c, "choices.0.message.tool_calls.0.id").starts_with("call_"));
-    EXPECT_EQ(Text(c, "choices.0.finish_reason"), "tool_calls");
-    EXPECT_EQ(Text(c, "object"), "chat.completion");
-    EXPECT_EQ(Text(c, "model"), "tiny");
+    EXPECT_EQ(JsonText(c, "choices.0.message.reasoning_content"), kReasoning);
+    EXPECT_EQ(JsonText(c, "choices.0.message.content"), kContent);
+    EXPECT_EQ(JsonText(c, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+    EXPECT_EQ(JsonText(c, "choices.0.message.tool_calls.0.function.arguments"), kArguments);
+    EXPECT_EQ(JsonText(c, "choices.0.message.tool_calls.0.type"), "function");
+    EXPECT_TRUE(JsonText(c, "choices.0.message.tool_calls.0.id").starts_with("call_"));
+    EXPECT_EQ(JsonText(c, "choices.0.finish_reason"), "tool_calls");
+    EXPECT_EQ(JsonText(c, "object"), "chat.completion");
+    EXPECT_EQ(JsonText(c, "model"), "tiny");
 
     // OpenAI, streaming: the deltas add up to the same message.
     const ChatStream s = CollectChat(PostSse(
@@ -249,23 +229,23 @@ class ServerTest : public ::testing::Test {
     EXPECT_EQ(s.calls[0].first, "get_weather");
     EXPECT_EQ(s.calls[0].second, kArguments);
     EXPECT_EQ(s.finish_reason, "tool_calls");
-    EXPECT_EQ(Text(s.usage, "completion_tokens"), Text(c, "usage.completion_tokens"));
+    EXPECT_EQ(JsonText(s.usage, "completion_tokens"), JsonText(c, "usage.completion_tokens"));
 
     // Anthropic, non-streaming: thinking, text, tool_use blocks.
     const HttpResponse msg = Post("/v1/messages", kMessagesBody);
     ASSERT_EQ(msg.status, 200) << msg.body;
     const JsonValue m = Parse(msg.body);
-    EXPECT_EQ(Text(m, "type"), "message");
-    EXPECT_EQ(Text(m, "content.0.type"), "thinking");
-    EXPECT_EQ(Text(m, "content.0.thinking"), kReasoning);
-    EXPECT_EQ(Text(m, "content.1.type"), "text");
-    EXPECT_EQ(Text(m, "content.1.text"), kContent);
-    EXPECT_EQ(Text(m, "content.2.type"), "tool_use");
-    EXPECT_EQ(Text(m, "content.2.name"), "get_weather");
-    EXPECT_TRUE(Text(m, "content.2.id").starts_with("toolu_"));
-    EXPECT_EQ(Text(m, "content.2.input.city"), "Paris");
-    EXPECT_EQ(Text(m, "content.2.input.days"), "3");
-    EXPECT_EQ(Text(m, "stop_reason"), "tool_use");
+    EXPECT_EQ(JsonText(m, "type"), "message");
+    EXPECT_EQ(JsonText(m, "content.0.type"), "thinking");
+    EXPECT_EQ(JsonText(m, "content.0.thinking"), kReasoning);
+    EXPECT_EQ(JsonText(m, "content.1.type"), "text");
+    EXPECT_EQ(JsonText(m, "content.1.text"), kContent);
+    EXPECT_EQ(JsonText(m, "content.2.type"), "tool_use");
+    EXPECT_EQ(JsonText(m, "content.2.name"), "get_weather");
+    EXPECT_TRUE(JsonText(m, "content.2.id").starts_with("toolu_"));
+    EXPECT_EQ(JsonText(m, "content.2.input.city"), "Paris");
+    EXPECT_EQ(JsonText(m, "content.2.input.days"), "3");
+    EXPECT_EQ(JsonText(m, "stop_reason"), "tool_use");
 
     // Anthropic, streaming: the event sequence of §7.4 and the same blocks.
     const MessagesStream a =
@@ -321,12 +301,12 @@ TEST_F(ServerTest, TokenizedScriptCountsReasoningTokensBeforeThinkClose) {
   Start(script);
   ExpectToolCallScriptEverywhere();
   const JsonValue c = Parse(Post("/v1/chat/completions", kChatBody).body);
-  EXPECT_EQ(Text(c, "usage.completion_tokens"), std::to_string(ids->size()));
-  EXPECT_EQ(Text(c, "usage.completion_tokens_details.reasoning_tokens"),
+  EXPECT_EQ(JsonText(c, "usage.completion_tokens"), std::to_string(ids->size()));
+  EXPECT_EQ(JsonText(c, "usage.completion_tokens_details.reasoning_tokens"),
             std::to_string(reasoning_ids->size()));
-  const std::string prompt_tokens = Text(c, "usage.prompt_tokens");
+  const std::string prompt_tokens = JsonText(c, "usage.prompt_tokens");
   EXPECT_EQ(prompt_tokens, std::to_string(backend_->last_prompt().size()));
-  EXPECT_EQ(Text(c, "usage.total_tokens"),
+  EXPECT_EQ(JsonText(c, "usage.total_tokens"),
             std::to_string(backend_->last_prompt().size() + ids->size()));
 }
 
@@ -336,9 +316,10 @@ TEST_F(ServerTest, TruncatedToolBlockIsContentWithFinishLength) {
   const size_t max_tokens = kScript.size() - 10;
   const std::string members = "\"max_tokens\": " + std::to_string(max_tokens);
   const JsonValue c = Parse(Post("/v1/chat/completions", WithMembers(kChatBody, members)).body);
-  EXPECT_EQ(Text(c, "choices.0.finish_reason"), "length");
-  EXPECT_EQ(Text(c, "choices.0.message.content"), kContent + kBlock.substr(0, kBlock.size() - 10));
-  EXPECT_EQ(At(c, "choices.0.message.tool_calls"), nullptr);
+  EXPECT_EQ(JsonText(c, "choices.0.finish_reason"), "length");
+  EXPECT_EQ(JsonText(c, "choices.0.message.content"),
+            kContent + kBlock.substr(0, kBlock.size() - 10));
+  EXPECT_EQ(JsonAt(c, "choices.0.message.tool_calls"), nullptr);
   const ChatStream s = CollectChat(
       PostSse("/v1/chat/completions", WithMembers(kChatBody, members + R"(, "stream": true)")));
   EXPECT_EQ(s.finish_reason, "length");
@@ -347,8 +328,8 @@ TEST_F(ServerTest, TruncatedToolBlockIsContentWithFinishLength) {
   std::string messages_body = kMessagesBody;
   messages_body.replace(messages_body.find("500"), 3, std::to_string(max_tokens));
   const JsonValue m = Parse(Post("/v1/messages", messages_body).body);
-  EXPECT_EQ(Text(m, "stop_reason"), "max_tokens");
-  EXPECT_EQ(Text(m, "content.1.text"), kContent + kBlock.substr(0, kBlock.size() - 10));
+  EXPECT_EQ(JsonText(m, "stop_reason"), "max_tokens");
+  EXPECT_EQ(JsonText(m, "content.1.text"), kContent + kBlock.substr(0, kBlock.size() - 10));
   EXPECT_NE(metrics_.RenderPrometheus().find("dsv41_malformed_tool_outputs_total 3"),
             std::string::npos);
 }
@@ -358,17 +339,17 @@ TEST_F(ServerTest, ContentStopStringEndsTheRequestAndIsNotMatchedInReasoning) {
   // "first" occurs in the reasoning only, "now" in the content.
   const JsonValue c = Parse(
       Post("/v1/chat/completions", WithMembers(kChatBody, R"("stop": ["first", " now"])")).body);
-  EXPECT_EQ(Text(c, "choices.0.message.reasoning_content"), kReasoning);
-  EXPECT_EQ(Text(c, "choices.0.message.content"), "Checking");
-  EXPECT_EQ(Text(c, "choices.0.finish_reason"), "stop");
+  EXPECT_EQ(JsonText(c, "choices.0.message.reasoning_content"), kReasoning);
+  EXPECT_EQ(JsonText(c, "choices.0.message.content"), "Checking");
+  EXPECT_EQ(JsonText(c, "choices.0.finish_reason"), "stop");
   const ChatStream s = CollectChat(
       PostSse("/v1/chat/completions", WithMembers(kChatBody, R"("stop": " now", "stream": true)")));
   EXPECT_EQ(s.content, "Checking");
   EXPECT_EQ(s.finish_reason, "stop");
   const JsonValue m =
       Parse(Post("/v1/messages", WithMembers(kMessagesBody, R"("stop_sequences": [" now"])")).body);
-  EXPECT_EQ(Text(m, "stop_reason"), "stop_sequence");
-  EXPECT_EQ(Text(m, "stop_sequence"), " now");
+  EXPECT_EQ(JsonText(m, "stop_reason"), "stop_sequence");
+  EXPECT_EQ(JsonText(m, "stop_sequence"), " now");
   const MessagesStream a = CollectMessages(PostSse(
       "/v1/messages", WithMembers(kMessagesBody, R"("stop_sequences": [" now"], "stream": true)")));
   EXPECT_EQ(a.stop_reason, "stop_sequence");
@@ -385,23 +366,23 @@ TEST_F(ServerTest, ChatModeHasNoReasoningAndCompletionsReturnRawText) {
       Parse(Post("/v1/chat/completions",
                  WithMembers(kChatBody, R"("chat_template_kwargs": {"thinking": false})"))
                 .body);
-  EXPECT_EQ(Text(c, "choices.0.message.content"), "plain ｜ answer");
-  ASSERT_NE(At(c, "choices.0.message.reasoning_content"), nullptr);
-  EXPECT_TRUE(At(c, "choices.0.message.reasoning_content")->is_null());
-  EXPECT_EQ(Text(c, "choices.0.finish_reason"), "stop");
+  EXPECT_EQ(JsonText(c, "choices.0.message.content"), "plain ｜ answer");
+  ASSERT_NE(JsonAt(c, "choices.0.message.reasoning_content"), nullptr);
+  EXPECT_TRUE(JsonAt(c, "choices.0.message.reasoning_content")->is_null());
+  EXPECT_EQ(JsonText(c, "choices.0.finish_reason"), "stop");
   const JsonValue m = Parse(
       Post("/v1/messages", WithMembers(kMessagesBody, R"("thinking": {"type": "disabled"})")).body);
-  EXPECT_EQ(Text(m, "content.0.type"), "text");
-  EXPECT_EQ(Text(m, "stop_reason"), "end_turn");
+  EXPECT_EQ(JsonText(m, "content.0.type"), "text");
+  EXPECT_EQ(JsonText(m, "stop_reason"), "end_turn");
   const HttpResponse r =
       Post("/v1/completions",
            R"({"prompt": [5, 6, 7], "max_tokens": 100, "return_token_ids": true, "echo": false})");
   ASSERT_EQ(r.status, 200) << r.body;
   const JsonValue p = Parse(r.body);
-  EXPECT_EQ(Text(p, "object"), "text_completion");
-  EXPECT_EQ(Text(p, "choices.0.text"), "plain ｜ answer");
-  EXPECT_EQ(FormatJson(*At(p, "choices.0.prompt_token_ids")), "[5, 6, 7]");
-  EXPECT_EQ(At(p, "choices.0.token_ids")->array.size(), std::string("plain ｜ answer").size());
+  EXPECT_EQ(JsonText(p, "object"), "text_completion");
+  EXPECT_EQ(JsonText(p, "choices.0.text"), "plain ｜ answer");
+  EXPECT_EQ(FormatJson(*JsonAt(p, "choices.0.prompt_token_ids")), "[5, 6, 7]");
+  EXPECT_EQ(JsonAt(p, "choices.0.token_ids")->array.size(), std::string("plain ｜ answer").size());
   EXPECT_EQ(backend_->last_prompt(), (std::vector<int32_t>{5, 6, 7}));
   EXPECT_TRUE(backend_->last_params().skip_special_tokens);
   EXPECT_EQ(backend_->last_params().max_tokens, 100);
@@ -454,12 +435,12 @@ TEST_P(ServerErrorTest, AnswersWithTheErrorShapeNamingTheField) {
   EXPECT_EQ(r.status, bad.status) << r.body;
   const JsonValue e = Parse(r.body);
   if (bad.path == "/v1/messages") {
-    EXPECT_EQ(Text(e, "type"), "error");
-    EXPECT_NE(Text(e, "error.message").find(bad.message_part), std::string::npos) << r.body;
-    EXPECT_FALSE(Text(e, "error.type").empty());
+    EXPECT_EQ(JsonText(e, "type"), "error");
+    EXPECT_NE(JsonText(e, "error.message").find(bad.message_part), std::string::npos) << r.body;
+    EXPECT_FALSE(JsonText(e, "error.type").empty());
   } else {
-    EXPECT_NE(Text(e, "error.message").find(bad.message_part), std::string::npos) << r.body;
-    EXPECT_FALSE(Text(e, "error.type").empty());
+    EXPECT_NE(JsonText(e, "error.message").find(bad.message_part), std::string::npos) << r.body;
+    EXPECT_FALSE(JsonText(e, "error.type").empty());
   }
   // A failing request fails alone: the next good one is served.
   EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
@@ -556,7 +537,7 @@ TEST_F(ServerTest, ApiKeyGuardsEveryEndpointButHealth) {
   EXPECT_EQ(Get("/health").status, 200);
   const HttpResponse none = Post("/v1/chat/completions", kChatBody);
   EXPECT_EQ(none.status, 401);
-  EXPECT_EQ(Text(Parse(none.body), "error.type"), "authentication_error");
+  EXPECT_EQ(JsonText(Parse(none.body), "error.type"), "authentication_error");
   EXPECT_EQ(Post("/v1/chat/completions", kChatBody, {{"Authorization", "Bearer wrong"}}).status,
             401);
   EXPECT_EQ(Post("/v1/chat/completions", kChatBody, {{"Authorization", "Bearer sekret"}}).status,
@@ -568,7 +549,7 @@ TEST_F(ServerTest, ApiKeyGuardsEveryEndpointButHealth) {
   // /v1/messages takes x-api-key (Anthropic's header); OpenAI routes do not.
   const HttpResponse anthropic = Post("/v1/messages", kMessagesBody);
   EXPECT_EQ(anthropic.status, 401);
-  EXPECT_EQ(Text(Parse(anthropic.body), "error.type"), "authentication_error");
+  EXPECT_EQ(JsonText(Parse(anthropic.body), "error.type"), "authentication_error");
   EXPECT_EQ(Post("/v1/messages", kMessagesBody, {{"x-api-key", "sekret"}}).status, 200);
   EXPECT_EQ(Post("/v1/chat/completions", kChatBody, {{"x-api-key", "sekret"}}).status, 401);
 }
@@ -594,10 +575,10 @@ TEST_F(ServerTest, FullQueueAnswers429And529AtOnce) {
   while (loop_->num_live() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const HttpResponse openai = Post("/v1/chat/completions", kChatBody);
   EXPECT_EQ(openai.status, 429);
-  EXPECT_EQ(Text(Parse(openai.body), "error.type"), "rate_limit_error");
+  EXPECT_EQ(JsonText(Parse(openai.body), "error.type"), "rate_limit_error");
   const HttpResponse anthropic = Post("/v1/messages", kMessagesBody);
   EXPECT_EQ(anthropic.status, 529);
-  EXPECT_EQ(Text(Parse(anthropic.body), "error.type"), "overloaded_error");
+  EXPECT_EQ(JsonText(Parse(anthropic.body), "error.type"), "overloaded_error");
   backend_->set_hold(false);
   for (std::thread& t : holders) t.join();
   EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
@@ -667,10 +648,10 @@ TEST_F(ServerTest, HealthShowsLoadProgressUntilReady) {
   const HttpResponse loading = Get("/health");
   EXPECT_EQ(loading.status, 503);
   const JsonValue h = Parse(loading.body);
-  EXPECT_EQ(Text(h, "status"), "loading");
-  EXPECT_EQ(Text(h, "stage"), "mapping shards");
-  EXPECT_EQ(Text(h, "done"), "3");
-  EXPECT_EQ(Text(h, "total"), "7");
+  EXPECT_EQ(JsonText(h, "status"), "loading");
+  EXPECT_EQ(JsonText(h, "stage"), "mapping shards");
+  EXPECT_EQ(JsonText(h, "done"), "3");
+  EXPECT_EQ(JsonText(h, "total"), "7");
   EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 503);
   server_->SetReady(served_, *loop_);
   EXPECT_EQ(Get("/health").status, 200);
@@ -680,10 +661,10 @@ TEST_F(ServerTest, HealthShowsLoadProgressUntilReady) {
 TEST_F(ServerTest, ModelsTokenizeAndDetokenize) {
   Start(ScriptedBackend::ByteTokens("ok"));
   const JsonValue models = Parse(Get("/v1/models").body);
-  EXPECT_EQ(Text(models, "object"), "list");
-  EXPECT_EQ(Text(models, "data.0.id"), "tiny");
-  EXPECT_EQ(Text(models, "data.1.id"), "tiny-alias");
-  EXPECT_EQ(Text(models, "data.0.max_model_len"), "4096");
+  EXPECT_EQ(JsonText(models, "object"), "list");
+  EXPECT_EQ(JsonText(models, "data.0.id"), "tiny");
+  EXPECT_EQ(JsonText(models, "data.1.id"), "tiny-alias");
+  EXPECT_EQ(JsonText(models, "data.0.max_model_len"), "4096");
   // Either served name reaches the model.
   EXPECT_EQ(Post("/v1/chat/completions",
                  R"({"model": "tiny-alias", "messages": [{"role": "user", "content": "x"}]})")
@@ -693,20 +674,20 @@ TEST_F(ServerTest, ModelsTokenizeAndDetokenize) {
   ASSERT_TRUE(ids.ok());
   const JsonValue t =
       Parse(Post("/tokenize", R"({"prompt": "hello world", "add_special_tokens": false})").body);
-  EXPECT_EQ(Text(t, "count"), std::to_string(ids->size()));
-  ASSERT_NE(At(t, "tokens"), nullptr);
+  EXPECT_EQ(JsonText(t, "count"), std::to_string(ids->size()));
+  ASSERT_NE(JsonAt(t, "tokens"), nullptr);
   std::string tokens_json = "[";
   for (size_t i = 0; i < ids->size(); ++i)
     tokens_json += (i ? ", " : "") + std::to_string((*ids)[i]);
   tokens_json += "]";
-  EXPECT_EQ(FormatJson(*At(t, "tokens")), tokens_json);
+  EXPECT_EQ(FormatJson(*JsonAt(t, "tokens")), tokens_json);
   const JsonValue d = Parse(Post("/detokenize", "{\"tokens\": " + tokens_json + "}").body);
-  EXPECT_EQ(Text(d, "prompt"), "hello world");
+  EXPECT_EQ(JsonText(d, "prompt"), "hello world");
   // With BOS (the default) one more token; chat messages go through the template.
-  EXPECT_EQ(Text(Parse(Post("/tokenize", R"({"prompt": "hello world"})").body), "count"),
+  EXPECT_EQ(JsonText(Parse(Post("/tokenize", R"({"prompt": "hello world"})").body), "count"),
             std::to_string(ids->size() + 1));
   const JsonValue chat = Parse(Post("/tokenize", kChatBody).body);
-  EXPECT_GT(std::atoi(Text(chat, "count").c_str()), 5);
+  EXPECT_GT(std::atoi(JsonText(chat, "count").c_str()), 5);
   EXPECT_EQ(Post("/detokenize", R"({"tokens": [-1]})").status, 400);
 }
 
