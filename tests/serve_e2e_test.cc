@@ -307,6 +307,40 @@ TEST_F(ServeE2eTest, SoakOfMixedTrafficLeavesNoUsedBlocks) {
   EXPECT_NE(server_->log().find("stats: "), std::string::npos) << "a stats line every second";
 }
 
+TEST_F(ServeE2eTest, BenchServeReportsEveryConcurrencyLevel) {
+  Serve({"--block-size", "16"});
+  const std::string command = std::string(DSV41_BINARY) + " bench serve --port " +
+                              std::to_string(server_->port()) +
+                              " --num-prompts 12 --concurrency 1,3 --input-len 20 --output-len 4 "
+                              "--multi-turn-ratio 1 --turns 3 --json";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out.append(buffer, n);
+  ASSERT_EQ(pclose(pipe), 0) << out;
+  std::vector<JsonValue> levels;
+  for (size_t start = 0, end; (end = out.find('\n', start)) != std::string::npos; start = end + 1) {
+    levels.push_back(Parse(out.substr(start, end - start)));
+  }
+  ASSERT_EQ(levels.size(), 2u) << out;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const JsonValue& l = levels[i];
+    EXPECT_EQ(JsonInteger(l, "concurrency"), i == 0 ? 1 : 3);
+    EXPECT_EQ(JsonInteger(l, "num_requests"), 12);
+    EXPECT_EQ(JsonInteger(l, "num_failed"), 0);
+    ASSERT_NE(JsonAt(l, "mean_output_tokens"), nullptr);
+    EXPECT_EQ(JsonAt(l, "mean_output_tokens")->float_value, 4.0);  // ignore_eos: exactly 4
+    // Every request is a turn of a 3-turn conversation: turns 2 and 3 re-send the history.
+    EXPECT_GT(JsonInteger(l, "cached_prompt_tokens").value_or(0), 0);
+    for (const char* key :
+         {"ttft_ms.p50", "ttft_ms.p90", "ttft_ms.p99", "tpot_ms.p50", "itl_ms.p99", "e2e_ms.p50",
+          "request_throughput", "output_throughput"}) {
+      EXPECT_NE(JsonAt(l, key), nullptr) << key;
+    }
+  }
+}
+
 TEST_F(ServeE2eTest, SigtermWithAStreamInFlightAbortsItAndExitsZero) {
   Serve({"--shutdown-timeout", "0.5"});
   std::atomic<bool> first_chunk{false};

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "server/api_error.h"
+#include "server/bench_serve.h"
 #include "server/http_client.h"
 
 namespace dsv41 {
@@ -60,6 +61,16 @@ TEST(ApiErrorTest, ParamIsTheFieldPathAMessageStartsWith) {
   EXPECT_EQ(ErrorParam("temperature: must be a number"), "temperature");
   EXPECT_EQ(ErrorParam("the server is overloaded"), "");
   EXPECT_EQ(ErrorParam("a prompt of 5 tokens"), "");
+}
+
+TEST(BenchServeTest, PercentilesInterpolateLinearlyAsNumpy) {
+  std::vector<double> v = {4, 1, 3, 2};
+  EXPECT_DOUBLE_EQ(Percentile(v, 50), 2.5);  // numpy.percentile([1, 2, 3, 4], 50)
+  EXPECT_DOUBLE_EQ(Percentile(v, 90), 3.7);
+  EXPECT_DOUBLE_EQ(Percentile(v, 99), 3.97);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0), 1);
+  std::vector<double> empty;
+  EXPECT_EQ(Percentile(empty, 50), 0);
 }
 
 }  // namespace
