@@ -58,39 +58,53 @@ Result<std::string> TextOrTextBlocks(const JsonValue* value, const std::string& 
   return joined;
 }
 
+// Calls fn(block, block_field, type) for each block of an array `content`, stopping at the first
+// error.
+template <typename Fn>
+Status ForEachBlock(const JsonValue& content, const std::string& field, Fn fn) {
+  for (size_t j = 0; j < content.array.size(); ++j) {
+    const JsonValue& block = content.array[j];
+    const std::string block_field = StrFormat("%s[%zu]", field.c_str(), j);
+    DSV41_ASSIGN_OR_RETURN(std::string type, BlockType(block, block_field));
+    DSV41_RETURN_IF_ERROR(fn(block, block_field, type));
+  }
+  return OkStatus();
+}
+
 Status MapUserMessage(const JsonValue& content, const std::string& field,
                       const std::set<std::string>& open_calls, ChatMessage& out) {
   if (content.is_string()) {
     out.blocks.push_back({ChatBlock::Kind::kText, content.text, "", ""});
     return OkStatus();
   }
-  for (size_t j = 0; j < content.array.size(); ++j) {
-    const JsonValue& block = content.array[j];
-    const std::string block_field = StrFormat("%s[%zu]", field.c_str(), j);
-    DSV41_ASSIGN_OR_RETURN(std::string type, BlockType(block, block_field));
-    if (type == "text") {
-      DSV41_ASSIGN_OR_RETURN(std::string text, BlockText(block, block_field));
-      out.blocks.push_back({ChatBlock::Kind::kText, std::move(text), "", ""});
-    } else if (type == "tool_result") {
-      DSV41_ASSIGN_OR_RETURN(std::optional<std::string> id, StringField(block, "tool_use_id"));
-      if (!id.has_value()) {
-        return InvalidArgumentError("%s.tool_use_id: must be a string", block_field.c_str());
-      }
-      if (open_calls.count(*id) == 0) {
-        return InvalidArgumentError(
-            "%s.tool_use_id: '%s' answers no tool_use of the assistant message before it",
-            block_field.c_str(), id->c_str());
-      }
-      DSV41_ASSIGN_OR_RETURN(std::string text, TextOrTextBlocks(FieldOrNull(block, "content"),
-                                                                block_field + ".content"));
-      out.blocks.push_back({ChatBlock::Kind::kToolResult, std::move(text), *id, ""});
-    } else if (type == "tool_use" || type == "thinking" || type == "redacted_thinking") {
-      return InvalidArgumentError("%s: %s blocks belong to assistant messages", block_field.c_str(),
-                                  type.c_str());
-    } else {
-      out.blocks.push_back({ChatBlock::Kind::kUnsupported, "", "", type});
-    }
-  }
+  DSV41_RETURN_IF_ERROR(ForEachBlock(
+      content, field,
+      [&](const JsonValue& block, const std::string& block_field,
+          const std::string& type) -> Status {
+        if (type == "text") {
+          DSV41_ASSIGN_OR_RETURN(std::string text, BlockText(block, block_field));
+          out.blocks.push_back({ChatBlock::Kind::kText, std::move(text), "", ""});
+        } else if (type == "tool_result") {
+          DSV41_ASSIGN_OR_RETURN(std::optional<std::string> id, StringField(block, "tool_use_id"));
+          if (!id.has_value()) {
+            return InvalidArgumentError("%s.tool_use_id: must be a string", block_field.c_str());
+          }
+          if (open_calls.count(*id) == 0) {
+            return InvalidArgumentError(
+                "%s.tool_use_id: '%s' answers no tool_use of the assistant message before it",
+                block_field.c_str(), id->c_str());
+          }
+          DSV41_ASSIGN_OR_RETURN(std::string text, TextOrTextBlocks(FieldOrNull(block, "content"),
+                                                                    block_field + ".content"));
+          out.blocks.push_back({ChatBlock::Kind::kToolResult, std::move(text), *id, ""});
+        } else if (type == "tool_use" || type == "thinking" || type == "redacted_thinking") {
+          return InvalidArgumentError("%s: %s blocks belong to assistant messages",
+                                      block_field.c_str(), type.c_str());
+        } else {
+          out.blocks.push_back({ChatBlock::Kind::kUnsupported, "", "", type});
+        }
+        return OkStatus();
+      }));
   if (out.blocks.empty()) out.blocks.push_back({ChatBlock::Kind::kText, "", "", ""});
   return OkStatus();
 }
@@ -102,46 +116,47 @@ Status MapAssistantMessage(const JsonValue& content, const std::string& field,
     return OkStatus();
   }
   bool first_text = true;
-  for (size_t j = 0; j < content.array.size(); ++j) {
-    const JsonValue& block = content.array[j];
-    const std::string block_field = StrFormat("%s[%zu]", field.c_str(), j);
-    DSV41_ASSIGN_OR_RETURN(std::string type, BlockType(block, block_field));
-    if (type == "text") {
-      DSV41_ASSIGN_OR_RETURN(std::string text, BlockText(block, block_field));
-      if (!first_text) out.content += "\n\n";
-      out.content += text;
-      first_text = false;
-    } else if (type == "thinking") {
-      DSV41_ASSIGN_OR_RETURN(std::optional<std::string> thinking, StringField(block, "thinking"));
-      out.reasoning_content = out.reasoning_content.value_or("") + thinking.value_or("");
-    } else if (type == "redacted_thinking") {
-      continue;  // opaque; nothing the model can read
-    } else if (type == "tool_use") {
-      ChatToolCall call;
-      DSV41_ASSIGN_OR_RETURN(std::optional<std::string> id, StringField(block, "id"));
-      DSV41_ASSIGN_OR_RETURN(std::optional<std::string> name, StringField(block, "name"));
-      if (!id.has_value() || !name.has_value()) {
-        return InvalidArgumentError("%s: a tool_use block needs a string id and name",
-                                    block_field.c_str());
-      }
-      const JsonValue* input = FieldOrNull(block, "input");
-      if (input != nullptr && !input->is_object()) {
-        return InvalidArgumentError("%s.input: must be an object", block_field.c_str());
-      }
-      call.id = *id;
-      call.name = *name;
-      call.arguments = input != nullptr ? *input : JsonObject();
-      calls.insert(*id);
-      out.tool_calls.push_back(std::move(call));
-    } else if (type == "tool_result") {
-      return InvalidArgumentError("%s: tool_result blocks belong to user messages",
-                                  block_field.c_str());
-    } else {
-      return InvalidArgumentError("%s: unsupported block type '%s' in an assistant message",
-                                  block_field.c_str(), type.c_str());
-    }
-  }
-  return OkStatus();
+  return ForEachBlock(
+      content, field,
+      [&](const JsonValue& block, const std::string& block_field,
+          const std::string& type) -> Status {
+        if (type == "text") {
+          DSV41_ASSIGN_OR_RETURN(std::string text, BlockText(block, block_field));
+          if (!first_text) out.content += "\n\n";
+          out.content += text;
+          first_text = false;
+        } else if (type == "thinking") {
+          DSV41_ASSIGN_OR_RETURN(std::optional<std::string> thinking,
+                                 StringField(block, "thinking"));
+          out.reasoning_content = out.reasoning_content.value_or("") + thinking.value_or("");
+        } else if (type == "redacted_thinking") {
+          return OkStatus();  // opaque; nothing the model can read
+        } else if (type == "tool_use") {
+          ChatToolCall call;
+          DSV41_ASSIGN_OR_RETURN(std::optional<std::string> id, StringField(block, "id"));
+          DSV41_ASSIGN_OR_RETURN(std::optional<std::string> name, StringField(block, "name"));
+          if (!id.has_value() || !name.has_value()) {
+            return InvalidArgumentError("%s: a tool_use block needs a string id and name",
+                                        block_field.c_str());
+          }
+          const JsonValue* input = FieldOrNull(block, "input");
+          if (input != nullptr && !input->is_object()) {
+            return InvalidArgumentError("%s.input: must be an object", block_field.c_str());
+          }
+          call.id = *id;
+          call.name = *name;
+          call.arguments = input != nullptr ? *input : JsonObject();
+          calls.insert(*id);
+          out.tool_calls.push_back(std::move(call));
+        } else if (type == "tool_result") {
+          return InvalidArgumentError("%s: tool_result blocks belong to user messages",
+                                      block_field.c_str());
+        } else {
+          return InvalidArgumentError("%s: unsupported block type '%s' in an assistant message",
+                                      block_field.c_str(), type.c_str());
+        }
+        return OkStatus();
+      });
 }
 
 Result<std::vector<JsonValue>> MapTools(const JsonValue& body) {
@@ -221,9 +236,7 @@ JsonValue ToolInput(const ParsedToolCall& call) {
 class MessagesWriter final : public ResponseWriter {
  public:
   MessagesWriter(const GenerationRequest& request, const ServedModel& model)
-      : request_(request),
-        id_(RandomId("msg_", 24)),
-        model_name_(request.model.empty() ? model.names.front() : request.model) {}
+      : request_(request), id_(RandomId("msg_", 24)), model_name_(model.NameFor(request.model)) {}
 
   // message_start waits for the first output, which carries the prefix-cache hit.
   std::string StreamStart(const GenerationTracker&) override { return ""; }
@@ -262,11 +275,7 @@ class MessagesWriter final : public ResponseWriter {
 
   std::string StreamEnd(const GenerationTracker& t) override {
     if (t.end() == EndReason::kError || t.end() == EndReason::kAbort) {
-      const ApiError error = t.end() == EndReason::kAbort
-                                 ? ApiError{529, RequestErrorType::kUnavailable,
-                                            "the request was aborted (server stopping)"}
-                                 : ApiError{500, RequestErrorType::kInternal, t.error()};
-      return "event: error\ndata: " + AnthropicErrorBody(error) + "\n\n";
+      return "event: error\ndata: " + AnthropicErrorBody(EndedRequestError(t)) + "\n\n";
     }
     std::string out = Open(t) + CloseBlock();
     const std::string_view reason = StopReason(t);

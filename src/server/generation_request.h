@@ -26,6 +26,10 @@ struct ServedModel {
 
   // True when `name` is one of the served names (an empty name means the default model).
   bool Serves(const std::string& name) const;
+  // The name responses report for a request that asked for `requested` (names[0] when empty).
+  const std::string& NameFor(const std::string& requested) const {
+    return requested.empty() ? names.front() : requested;
+  }
 };
 
 struct GenerationRequest {

@@ -213,14 +213,8 @@ struct HttpServer::Impl {
       }
       Finished(*state);
       const GenerationTracker& t = *state->tracker;
-      if (t.end() == EndReason::kError) {
-        return SendError(anthropic, {500, RequestErrorType::kInternal, t.error()}, res);
-      }
-      if (t.end() == EndReason::kAbort) {
-        return SendError(
-            anthropic,
-            {503, RequestErrorType::kUnavailable, "the request was aborted (server stopping)"},
-            res);
+      if (t.end() == EndReason::kError || t.end() == EndReason::kAbort) {
+        return SendError(anthropic, EndedRequestError(t), res);
       }
       res.set_content(FormatJson(state->writer->Response(t)), "application/json");
       return;

@@ -159,11 +159,7 @@ JsonValue IdsJson(std::span<const int32_t> ids) {
 
 // An error event inside a stream (the status line is sent already).
 std::string StreamError(const GenerationTracker& t) {
-  const ApiError error = t.end() == EndReason::kAbort
-                             ? ApiError{503, RequestErrorType::kUnavailable,
-                                        "the request was aborted (server stopping)"}
-                             : ApiError{500, RequestErrorType::kInternal, t.error()};
-  return "data: " + OpenAiErrorBody(error) + "\n\n";
+  return "data: " + OpenAiErrorBody(EndedRequestError(t)) + "\n\n";
 }
 
 class ChatCompletionsWriter final : public ResponseWriter {
@@ -173,7 +169,7 @@ class ChatCompletionsWriter final : public ResponseWriter {
         model_(model),
         id_(RandomId("chatcmpl-", 24)),
         created_(UnixSeconds()),
-        model_name_(request.model.empty() ? model.names.front() : request.model) {}
+        model_name_(model.NameFor(request.model)) {}
 
   std::string StreamStart(const GenerationTracker&) override {
     return Chunk(JsonObject({{"role", JsonString("assistant")}, {"content", JsonString("")}}),
@@ -394,7 +390,7 @@ class CompletionsWriter final : public ResponseWriter {
         model_(model),
         id_(RandomId("cmpl-", 24)),
         created_(UnixSeconds()),
-        model_name_(request.model.empty() ? model.names.front() : request.model),
+        model_name_(model.NameFor(request.model)),
         stream_logprobs_(*model.tokenizer, request.top_logprobs) {}
 
   std::string StreamStart(const GenerationTracker&) override { return ""; }

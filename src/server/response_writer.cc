@@ -18,6 +18,14 @@ std::unique_ptr<ResponseWriter> MakeResponseWriter(const GenerationRequest& requ
   return nullptr;
 }
 
+ApiError EndedRequestError(const GenerationTracker& tracker) {
+  if (tracker.end() == EndReason::kAbort) {
+    return {503, RequestErrorType::kUnavailable,
+            "the request was aborted (the server is stopping)"};
+  }
+  return {500, RequestErrorType::kInternal, tracker.error()};
+}
+
 std::string SseData(const JsonValue& value) { return "data: " + FormatJson(value) + "\n\n"; }
 
 std::string SseEvent(std::string_view name, const JsonValue& value) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "server/api_error.h"
 #include "server/generation_request.h"
 #include "server/generation_tracker.h"
 #include "text/json_format.h"
@@ -27,6 +28,10 @@ class ResponseWriter {
   // The non-streaming body once tracker.ended() (not for kError / kAbort: those are HTTP errors).
   virtual JsonValue Response(const GenerationTracker& tracker) = 0;
 };
+
+// The error a request that ended with EndReason::kAbort (503: the server is stopping) or kError
+// (500, the engine's message) reports, in a stream's error event or as the HTTP answer.
+ApiError EndedRequestError(const GenerationTracker& tracker);
 
 // The writer of request.api. `model` outlives it.
 std::unique_ptr<ResponseWriter> MakeResponseWriter(const GenerationRequest& request,
