@@ -267,7 +267,10 @@ struct HttpServer::Impl {
   void Finished(const StreamState& s) {
     const GenerationTracker& t = *s.tracker;
     if (t.malformed_tool_block()) metrics.CountMalformedToolOutput();
-    if (t.end() == EndReason::kError) metrics.CountError(RequestErrorType::kInternal);
+    // A failed non-streaming request is counted when its error is sent; a stream's here.
+    if (t.end() == EndReason::kError && s.request.stream) {
+      metrics.CountError(RequestErrorType::kInternal);
+    }
     DSV41_LOG_INFO("request %llu: %d prompt tokens (%lld cached), %d output tokens, end %d",
                    static_cast<unsigned long long>(s.stream->id()), t.prompt_tokens(),
                    static_cast<long long>(t.cached_tokens()), t.completion_tokens(),

@@ -50,6 +50,9 @@ Status ScriptedBackend::Abort(uint64_t request_id) {
 }
 
 Result<std::vector<RequestOutput>> ScriptedBackend::Step() {
+  if (!live_.empty() && fail_next_step_.exchange(false)) {
+    return InternalError("scripted step failure");
+  }
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
   if (hold_.load()) {

@@ -33,6 +33,8 @@ class ScriptedBackend final : public GenerationBackend {
   static std::vector<Token> ByteTokens(std::string_view text);
 
   void set_hold(bool hold) { hold_.store(hold); }
+  // The next step fails as a whole (a fault of the engine, not of a request).
+  void FailNextStep() { fail_next_step_.store(true); }
   // Every step that produces tokens takes at least this long (a slow model).
   void set_step_delay(std::chrono::microseconds delay) { step_delay_us_.store(delay.count()); }
   int num_added() const { return num_added_.load(); }
@@ -60,6 +62,7 @@ class ScriptedBackend final : public GenerationBackend {
   const uint32_t num_blocks_;
   std::atomic<bool> hold_{false};
   std::atomic<int64_t> step_delay_us_{0};
+  std::atomic<bool> fail_next_step_{false};
   std::atomic<int> num_added_{0};
   std::atomic<int> num_aborted_{0};
   std::atomic<int> num_live_{0};

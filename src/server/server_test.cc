@@ -641,6 +641,24 @@ TEST_F(ServerTest, ShutdownAbortsStreamsInFlightAndRefusesNewRequests) {
   EXPECT_EQ(backend_->num_aborted(), 1);
 }
 
+TEST_F(ServerTest, AFailedEngineStepFailsItsRequestsWith500AndTheServerGoesOn) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  backend_->FailNextStep();
+  const HttpResponse failed = Post("/v1/chat/completions", kChatBody);
+  EXPECT_EQ(failed.status, 500);
+  EXPECT_NE(JsonText(Parse(failed.body), "error.message").find("scripted step failure"),
+            std::string::npos)
+      << failed.body;
+  backend_->FailNextStep();
+  const MessagesStream s =
+      CollectMessages(PostSse("/v1/messages", WithMembers(kMessagesBody, R"("stream": true)")));
+  ASSERT_FALSE(s.event_names.empty());
+  EXPECT_EQ(s.event_names.back(), "error");
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
+  EXPECT_EQ(metrics_.num_errors(RequestErrorType::kInternal), 2u);
+  EXPECT_EQ(loop_->num_live(), 0);
+}
+
 TEST_F(ServerTest, HealthShowsLoadProgressUntilReady) {
   Start(ScriptedBackend::ByteTokens("ok"), {}, 8, /*ready=*/false);
   server_->SetLoadProgress(
