@@ -307,6 +307,56 @@ TEST_F(ServeE2eTest, SoakOfMixedTrafficLeavesNoUsedBlocks) {
   EXPECT_NE(server_->log().find("stats: "), std::string::npos) << "a stats line every second";
 }
 
+TEST_F(ServeE2eTest, LogprobsOfChatAndOfEchoedCompletionsAreConsistent) {
+  Serve();
+  // Greedy: every sampled token is the top entry of its own list.
+  const JsonValue chat =
+      PostOk("/v1/chat/completions",
+             R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+                                    "temperature": 0, "ignore_eos": true, "logprobs": true,
+                                    "top_logprobs": 2})");
+  const JsonValue* content = JsonAt(chat, "choices.0.logprobs.content");
+  ASSERT_NE(content, nullptr);
+  ASSERT_EQ(content->array.size(), 5u);
+  for (const JsonValue& entry : content->array) {
+    ASSERT_EQ(JsonAt(entry, "top_logprobs")->array.size(), 2u);
+    EXPECT_EQ(JsonText(entry, "top_logprobs.0.token"), JsonText(entry, "token"));
+    EXPECT_EQ(JsonAt(entry, "top_logprobs.0.logprob")->float_value,
+              JsonAt(entry, "logprob")->float_value);
+    EXPECT_LE(JsonAt(entry, "logprob")->float_value, 0.0);
+    EXPECT_FALSE(JsonAt(entry, "bytes")->array.empty());
+  }
+  // Echo: the prompt's 4 tokens (the first without a value) and then the 3 generated ones.
+  const JsonValue done = PostOk("/v1/completions",
+                                R"({"prompt": [40, 41, 42, 43], "max_tokens": 3, "echo": true,
+                                    "logprobs": 2, "temperature": 0, "ignore_eos": true})");
+  const JsonValue& lp = *JsonAt(done, "choices.0.logprobs");
+  ASSERT_EQ(JsonAt(lp, "tokens")->array.size(), 7u) << FormatJson(lp);
+  EXPECT_TRUE(JsonAt(lp, "token_logprobs.0")->is_null());
+  EXPECT_TRUE(JsonAt(lp, "top_logprobs.0")->is_null());
+  int64_t last_offset = -1;
+  for (size_t i = 0; i < 7; ++i) {
+    const int64_t offset = JsonInteger(lp, "text_offset." + std::to_string(i)).value_or(-1);
+    EXPECT_GE(offset, last_offset);
+    last_offset = offset;
+    if (i == 0) continue;
+    const double value = JsonAt(lp, "token_logprobs." + std::to_string(i))->float_value;
+    EXPECT_LE(value, 0.0);
+    const JsonValue& top = *JsonAt(lp, "top_logprobs." + std::to_string(i));
+    ASSERT_FALSE(top.object.empty());
+    EXPECT_LE(top.object.size(), 2u);
+    double best = -1e30;
+    for (const JsonMember& m : top.object) best = std::max(best, m.value.float_value);
+    if (i >= 4) {
+      EXPECT_NEAR(best, value, 1e-6) << "a greedy token is its position's best";
+    } else {
+      EXPECT_LE(value, best + 1e-6) << "a prompt token is at most its position's best";
+    }
+  }
+  const JsonValue prompt_text = PostOk("/detokenize", R"({"tokens": [40, 41, 42, 43]})");
+  EXPECT_TRUE(JsonText(done, "choices.0.text").starts_with(JsonText(prompt_text, "prompt")));
+}
+
 TEST_F(ServeE2eTest, BenchServeReportsEveryConcurrencyLevel) {
   Serve({"--block-size", "16"});
   const std::string command = std::string(DSV41_BINARY) + " bench serve --port " +

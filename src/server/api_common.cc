@@ -74,12 +74,4 @@ int64_t UnixSeconds() {
       .count();
 }
 
-bool ServedModel::Serves(const std::string& name) const {
-  if (name.empty()) return true;
-  for (const std::string& n : names) {
-    if (n == name) return true;
-  }
-  return false;
-}
-
 }  // namespace dsv41
