@@ -57,10 +57,10 @@ void CheckGeneration(const dsv41::Result<dsv41::GenerationRequest>& r) {
   const dsv41::Submission& s = r->submission;
   DSV41_CHECK(!s.prompt_ids.empty(), "an accepted request has a prompt");
   for (int32_t id : s.prompt_ids) DSV41_CHECK(id >= 0 && id < m.vocab_size, "id %d", id);
-  DSV41_CHECK(s.params.max_tokens >= 1 &&
-                  static_cast<int64_t>(s.prompt_ids.size()) + s.params.max_tokens <= m.max_model_len,
-              "prompt %zu + max_tokens %d beyond the context", s.prompt_ids.size(),
-              s.params.max_tokens);
+  DSV41_CHECK(
+      s.params.max_tokens >= 1 &&
+          static_cast<int64_t>(s.prompt_ids.size()) + s.params.max_tokens <= m.max_model_len,
+      "prompt %zu + max_tokens %d beyond the context", s.prompt_ids.size(), s.params.max_tokens);
   const dsv41::Status sampling = dsv41::ValidateSamplingParams(s.params, m.vocab_size);
   DSV41_CHECK(sampling.ok(), "accepted sampling fields fail the engine: %s",
               sampling.ToString().c_str());
