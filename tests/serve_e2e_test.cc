@@ -4,10 +4,12 @@
 // free + cached = total, and SIGTERM with requests in flight exiting 0.
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -305,6 +307,21 @@ TEST_F(ServeE2eTest, SoakOfMixedTrafficLeavesNoUsedBlocks) {
   EXPECT_GT(Metric(m, "dsv41_kv_blocks_cached"), 0) << "finished prompts stay cached";
   EXPECT_EQ(server_->Stop(SIGTERM, std::chrono::seconds(60)), 0) << server_->log();
   EXPECT_NE(server_->log().find("stats: "), std::string::npos) << "a stats line every second";
+}
+
+// The exit status of `dsv41 serve <args>` (stderr dropped).
+int ServeExitCode(const std::string& args) {
+  const int status =
+      std::system((std::string(DSV41_BINARY) + " serve " + args + " 2>/dev/null").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST_F(ServeE2eTest, BadUsageExitsTwoAndAMissingModelOne) {
+  EXPECT_EQ(ServeExitCode(""), 2) << "no model directory";
+  EXPECT_EQ(ServeExitCode(*dir_ + " --port 70000"), 2);
+  EXPECT_EQ(ServeExitCode(*dir_ + " --max-queue -1"), 2);
+  EXPECT_EQ(ServeExitCode(*dir_ + " --kv-profile nope"), 2);
+  EXPECT_EQ(ServeExitCode(*dir_ + "/does-not-exist --port 0"), 1);
 }
 
 TEST_F(ServeE2eTest, LogprobsOfChatAndOfEchoedCompletionsAreConsistent) {

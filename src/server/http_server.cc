@@ -3,8 +3,10 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -379,13 +381,21 @@ int HttpServer::port() const { return impl_->port; }
 
 Status HttpServer::Start() {
   Impl* impl = impl_.get();
-  impl->listener = std::thread([impl] {
+  auto exited = std::make_shared<std::atomic<bool>>(false);
+  impl->listener = std::thread([impl, exited] {
     try {
       impl->server.listen_after_bind();
     } catch (const std::exception& e) {
       DSV41_LOG_ERROR("http server stopped: %s", e.what());
     }
+    exited->store(true);
   });
+  // httplib's stop() does nothing until its loop runs, so Stop right after Start would leave the
+  // listener in accept() for good: return only once the loop is up.
+  while (!impl->server.is_running()) {
+    if (exited->load()) return IoError("the HTTP listener on port %d ended at start", impl->port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return OkStatus();
 }
 
