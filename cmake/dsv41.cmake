@@ -39,7 +39,8 @@ function(dsv41_library name)
 endfunction()
 
 # dsv41_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary registered with CTest,
-# its tests carrying LABELS (`slow`: left out of the sanitizer job, scripts/test.sh --sanitize).
+# its tests carrying the CTest LABELS (`slow`: left out of the sanitizer job, scripts/test.sh
+# --sanitize; `server`: ctest -L server).
 function(dsv41_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})

@@ -18,7 +18,11 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-# The tokenizer benchmark compares against HF tokenizers from npm; use the machine's node if present.
-if ! command -v node >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
+# node + npm: the server tests drive `dsv41 serve` with the official npm clients (openai,
+# @anthropic-ai/sdk), and the tokenizer benchmark compares against HF tokenizers from npm. Use
+# the machine's node if present.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
 fi

@@ -421,6 +421,41 @@ TEST_F(EngineTest, BadRequestsFailAloneAndAbortFreesBlocks) {
   EXPECT_TRUE(e.CheckConsistency().ok());
 }
 
+TEST_F(EngineTest, StatsCountCachedFreeBlocks) {
+  const std::vector<int32_t> prompt = Prompt(11, 20);
+  EngineStats cached;
+  Run(Options(4), {prompt}, {Greedy(5)}, {}, false, &cached);
+  // 25 tokens in 4-token blocks: the full blocks of the request stay hashed after it ends.
+  EXPECT_GT(cached.cached_blocks, 0u);
+  EXPECT_LE(cached.cached_blocks, cached.free_blocks);
+  EngineOptions off = Options(4);
+  off.enable_prefix_caching = false;
+  EngineStats uncached;
+  Run(off, {prompt}, {Greedy(5)}, {}, false, &uncached);
+  EXPECT_EQ(uncached.cached_blocks, 0u);
+}
+
+TEST_F(EngineTest, SkipSpecialTokensLeavesSpecialTokensOutOfTheText) {
+  // A random model draws added tokens often (the tiny vocabulary holds many): the streamed text
+  // equals the tokenizer's decoding of the same ids under each option.
+  SamplingParams params = Greedy(40);
+  params.temperature = 1.0f;
+  params.seed = 5;
+  int32_t num_special = 0;
+  for (bool skip : {false, true}) {
+    params.skip_special_tokens = skip;
+    const Generated g = RunOne(Options(), Prompt(12, 8), params);
+    ASSERT_EQ(g.tokens.size(), 40u);
+    EXPECT_EQ(g.text,
+              model_->tokenizer->Decode(g.tokens, DecodeOptions{.skip_special_tokens = skip}))
+        << "skip_special_tokens " << skip;
+    if (!skip) {
+      for (int32_t t : g.tokens) num_special += model_->tokenizer->IsSpecial(t) ? 1 : 0;
+    }
+  }
+  EXPECT_GT(num_special, 0) << "the run drew no special token; choose another seed";
+}
+
 TEST_F(EngineTest, CreateRefusesBadOptions) {
   EngineOptions options = Options(3);  // not a multiple of ratio 2
   EXPECT_EQ(Engine::Create(*model_, options, *pool_).status().code(), StatusCode::kInvalidArgument);

@@ -18,8 +18,8 @@ const std::filesystem::path kSrc = std::filesystem::path(DSV41_SOURCE_ROOT) / "s
 
 // Bottom to top, as docs/layers.md lists them.
 const std::map<std::string, int> kLayerRank = {
-    {"base", 0}, {"numerics", 1}, {"checkpoint", 2}, {"kernels", 3}, {"model", 4}, {"kv", 5},
-    {"text", 6}, {"engram", 7},   {"engine", 8},     {"tiny", 9},    {"cli", 10},
+    {"base", 0}, {"numerics", 1}, {"checkpoint", 2}, {"kernels", 3}, {"model", 4},   {"kv", 5},
+    {"text", 6}, {"engram", 7},   {"engine", 8},     {"tiny", 9},    {"server", 10}, {"cli", 11},
 };
 
 std::vector<std::filesystem::path> SourceFiles() {

@@ -233,7 +233,8 @@ int RunBench(const BenchFlags& flags) {
 
 std::function<int()> SetupBench(CLI::App& sub) {
   auto flags = std::make_shared<BenchFlags>();
-  sub.add_option("-m,--model", flags->model_dir, "model directory")->required();
+  // Required unless the subcommand `bench serve` runs instead.
+  sub.add_option("-m,--model", flags->model_dir, "model directory (required)");
   sub.add_option("--prompt-tokens", flags->prompt_tokens, "prompt tokens of each request")
       ->capture_default_str();
   sub.add_option("--decode-tokens", flags->decode_tokens,
@@ -246,7 +247,13 @@ std::function<int()> SetupBench(CLI::App& sub) {
       ->capture_default_str();
   sub.add_flag("--json", flags->json, "one JSON object per concurrency level on stdout");
   AddEngineFlags(sub, flags->engine);
-  return [flags] { return RunBench(*flags); };
+  return [flags] {
+    if (flags->model_dir.empty()) {
+      std::fprintf(stderr, "dsv41 bench: --model is required\n");
+      return 2;
+    }
+    return RunBench(*flags);
+  };
 }
 
 DSV41_REGISTER_COMMAND(kBenchCommand, "bench",

@@ -17,6 +17,9 @@ struct CommandSpec {
   std::string name;
   std::string description;
   std::function<std::function<int()>(CLI::App& sub)> setup;
+  // Non-empty: a subcommand of that command (`dsv41 bench serve`), whose action runs instead of
+  // the parent's when it is given.
+  std::string parent = {};
 };
 
 std::vector<CommandSpec>& CommandRegistry();

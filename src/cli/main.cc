@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <tuple>
 
 #include "base/log.h"
 #include "cli/command.h"
@@ -26,13 +27,19 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
 
   std::vector<CommandSpec>& registry = CommandRegistry();
-  std::sort(registry.begin(), registry.end(),
-            [](const CommandSpec& a, const CommandSpec& b) { return a.name < b.name; });
+  // Top-level commands first (by name), then nested ones, so a parent exists before its child.
+  std::sort(registry.begin(), registry.end(), [](const CommandSpec& a, const CommandSpec& b) {
+    return std::tie(a.parent, a.name) < std::tie(b.parent, b.name);
+  });
   std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
   for (const CommandSpec& spec : registry) {
-    CLI::App* sub = app.add_subcommand(spec.name, spec.description);
+    CLI::App* parent = spec.parent.empty() ? &app : app.get_subcommand(spec.parent);
+    CLI::App* sub = parent->add_subcommand(spec.name, spec.description);
     actions.emplace_back(sub, spec.setup(*sub));
   }
+  // A nested command's action wins over its parent's (both are "parsed").
+  std::stable_partition(actions.begin(), actions.end(),
+                        [&app](const auto& a) { return a.first->get_parent() != &app; });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

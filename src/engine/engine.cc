@@ -127,7 +127,8 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
     DSV41_RETURN_IF_ERROR(MapTokensToEngramClasses(model_.token_map, prompt_ids, classes));
   }
   DSV41_RETURN_IF_ERROR(r->history.Append(prompt_ids, classes));
-  r->detokenizer = std::make_unique<StreamingDetokenizer>(*model_.tokenizer);
+  r->detokenizer = std::make_unique<StreamingDetokenizer>(
+      *model_.tokenizer, DecodeOptions{.skip_special_tokens = params.skip_special_tokens});
   r->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
   stats_.prompt_tokens += static_cast<uint64_t>(prompt_len);
   const uint64_t id = r->id;
@@ -279,6 +280,7 @@ EngineStats Engine::stats() const {
   s.prefix_queried_tokens = kv_->stats().queried_tokens;
   s.prefix_hit_tokens = kv_->stats().hit_tokens;
   s.free_blocks = kv_->pool().num_free();
+  s.cached_blocks = kv_->pool().num_cached_free();
   s.total_blocks = kv_->pool().num_blocks();
   s.running = scheduler_->num_running();
   s.waiting = scheduler_->num_waiting();

@@ -67,7 +67,8 @@ struct EngineStats {
   uint64_t generation_tokens = 0;
   uint64_t prefix_queried_tokens = 0;
   uint64_t prefix_hit_tokens = 0;
-  uint32_t free_blocks = 0;
+  uint32_t free_blocks = 0;    // reference count 0, cached or not
+  uint32_t cached_blocks = 0;  // free blocks that still hold a prefix hash (evictable hits)
   uint32_t total_blocks = 0;
   int32_t running = 0;
   int32_t waiting = 0;

@@ -9,10 +9,10 @@
 
 namespace dsv41 {
 
-Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir) {
+Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir, const ProgressFn& progress) {
   LoadedTextModel m;
   DSV41_ASSIGN_OR_RETURN(ModelWeights weights,
-                         ModelWeights::Load(dir, LoadOptions{.include_dspark = false}));
+                         ModelWeights::Load(dir, LoadOptions{.include_dspark = false}, progress));
   m.weights = std::make_unique<ModelWeights>(std::move(weights));
   DSV41_ASSIGN_OR_RETURN(m.model, TextModel::Load(*m.weights));
   DSV41_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(dir + "/tokenizer.json"));

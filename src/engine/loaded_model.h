@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "base/progress.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engram/hash_constants.h"
@@ -25,8 +26,9 @@ struct LoadedTextModel {
   EngramHashConstants engram;
 
   // Loads the checkpoint directory `dir` (config.json, safetensors, tokenizer.json). Errors name
-  // the file, tensor or field.
-  static Result<LoadedTextModel> Load(const std::string& dir);
+  // the file, tensor or field. `progress` sees the shard mapping (ModelWeights::Load) and may
+  // cancel it.
+  static Result<LoadedTextModel> Load(const std::string& dir, const ProgressFn& progress = {});
 
   const ModelConfig& config() const { return weights->config(); }
   // The end-of-sentence id: the tokenizer's "<｜end▁of▁sentence｜>", else the config's.

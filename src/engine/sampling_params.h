@@ -24,6 +24,10 @@ struct SamplingParams {
   int32_t max_tokens = 16;        // >= 1
   bool ignore_eos = false;
   int32_t logprobs = 0;  // top-N logprobs to return per token, 0..20
+  // Leave added tokens marked `special` (EOS, BOS, ...) out of the streamed text. vLLM defaults to
+  // true; the engine keeps them by default because the chat output parser needs </think> and
+  // ｜DSML｜ (tokenizer-and-chat.md §4). Stop strings match the text as streamed.
+  bool skip_special_tokens = false;
 };
 
 // Temperatures at or below this sample greedily (argmax), as vLLM's _SAMPLING_EPS.

@@ -29,7 +29,11 @@ StopStringMatcher::Result StopStringMatcher::Push(std::string_view delta) {
   // have been a prefix of the stop and held back.
   size_t stop_pos = std::string::npos;
   for (const std::string& stop : stops_) {
-    stop_pos = std::min(stop_pos, held_.find(stop));
+    const size_t pos = held_.find(stop);
+    if (pos < stop_pos) {
+      stop_pos = pos;
+      matched_ = stop;
+    }
   }
   if (stop_pos != std::string::npos) {
     result.emit = held_.substr(0, stop_pos);

@@ -29,11 +29,15 @@ class StopStringMatcher {
   std::string Flush();
 
   bool stopped() const { return stopped_; }
+  // The stop string that ended the text (the earliest occurrence; at one place, the first listed);
+  // empty before a stop.
+  std::string_view matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;  // not yet emitted; never contains a whole stop string
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace dsv41

@@ -79,6 +79,16 @@ TEST(StopStringMatcherTest, EarliestOccurrenceWinsInOneDelta) {
   EXPECT_TRUE(r.stopped);
 }
 
+TEST(StopStringMatcherTest, MatchedNamesTheStopThatEndedTheText) {
+  StopStringMatcher m({"zz", "END", "ab"});
+  EXPECT_EQ(m.matched(), "");
+  EXPECT_EQ(m.Push("xxEN").emit, "xx");
+  EXPECT_EQ(m.matched(), "");
+  const StopStringMatcher::Result r = m.Push("D ab");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(m.matched(), "END");  // earlier than "ab" in the text
+}
+
 TEST(StopStringMatcherTest, MultibyteUtf8) {
   StopStringMatcher m({"世界"});
   EXPECT_EQ(m.Push("你好世").emit, "你好");

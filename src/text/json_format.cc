@@ -355,6 +355,65 @@ const JsonValue* JsonValue::Find(std::string_view key) const {
   return nullptr;
 }
 
+JsonValue& JsonValue::Set(std::string_view key, JsonValue value) {
+  if (kind == Kind::kNull) kind = Kind::kObject;
+  for (JsonMember& m : object) {
+    if (m.key == key) {
+      m.value = std::move(value);
+      return *this;
+    }
+  }
+  object.push_back(JsonMember{std::string(key), std::move(value)});
+  return *this;
+}
+
+void JsonValue::Push(JsonValue value) {
+  if (kind == Kind::kNull) kind = Kind::kArray;
+  array.push_back(std::move(value));
+}
+
+JsonValue JsonBool(bool value) {
+  JsonValue v;
+  v.kind = JsonValue::Kind::kBool;
+  v.bool_value = value;
+  return v;
+}
+
+JsonValue JsonInt(int64_t value) {
+  JsonValue v;
+  v.kind = JsonValue::Kind::kInteger;
+  v.text = std::to_string(value);
+  return v;
+}
+
+JsonValue JsonFloat(double value) {
+  JsonValue v;
+  v.kind = JsonValue::Kind::kFloat;
+  v.float_value = value;
+  return v;
+}
+
+JsonValue JsonString(std::string text) {
+  JsonValue v;
+  v.kind = JsonValue::Kind::kString;
+  v.text = std::move(text);
+  return v;
+}
+
+JsonValue JsonArray(std::vector<JsonValue> items) {
+  JsonValue v;
+  v.kind = JsonValue::Kind::kArray;
+  v.array = std::move(items);
+  return v;
+}
+
+JsonValue JsonObject(std::vector<JsonMember> members) {
+  JsonValue v;
+  v.kind = JsonValue::Kind::kObject;
+  v.object = std::move(members);
+  return v;
+}
+
 Result<JsonValue> ParseJsonValue(std::string_view text, std::string_view what) {
   JsonValue value;
   JsonParser parser(text, what);

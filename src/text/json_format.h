@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,12 +34,26 @@ struct JsonValue {
   bool is_array() const { return kind == Kind::kArray; }
   // The member `key` of an object, or nullptr (also when this is not an object).
   const JsonValue* Find(std::string_view key) const;
+  // Object (a null value becomes an empty object first): sets member `key` to `value`, keeping
+  // the place of an existing member, appending a new one. Returns *this, so calls chain.
+  JsonValue& Set(std::string_view key, JsonValue value);
+  // Array (a null value becomes an empty array first): appends `value`.
+  void Push(JsonValue value);
 };
 
 struct JsonMember {
   std::string key;
   JsonValue value;
 };
+
+// Values a program writes (server responses); FormatJson writes them as any parsed value.
+JsonValue JsonBool(bool value);
+JsonValue JsonInt(int64_t value);
+// A non-finite value formats as Python's Infinity/NaN, which is no JSON: callers clamp first.
+JsonValue JsonFloat(double value);
+JsonValue JsonString(std::string text);
+JsonValue JsonArray(std::vector<JsonValue> items = {});
+JsonValue JsonObject(std::vector<JsonMember> members = {});
 
 // Parses one RFC 8259 JSON text (surrounding whitespace allowed; no NaN/Infinity, no comments,
 // valid UTF-8 only, no lone surrogate escapes, nesting up to 512 levels). Numbers with a fraction

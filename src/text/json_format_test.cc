@@ -137,5 +137,16 @@ TEST(JsonFormatTest, AcceptsSurroundingWhitespace) {
   EXPECT_TRUE(IsValidJson("1e400"));  // RFC 8259 grammar has no range limit
 }
 
+TEST(JsonFormatTest, BuiltValuesFormatLikeParsedOnes) {
+  JsonValue v = JsonObject({{"id", JsonString("a\"b")}, {"n", JsonInt(-12)}});
+  v.Set("ok", JsonBool(true)).Set("x", JsonFloat(0.5)).Set("n", JsonInt(7));
+  JsonValue list;
+  list.Push(JsonValue());
+  list.Push(JsonArray());
+  v.Set("list", std::move(list));
+  EXPECT_EQ(FormatJson(v), R"({"id": "a\"b", "n": 7, "ok": true, "x": 0.5, "list": [null, []]})");
+  EXPECT_EQ(FormatJson(JsonObject()), "{}");
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -1,0 +1,256 @@
+// `dsv41 serve MODEL_DIR`: the OpenAI + Anthropic HTTP server (serving.md §11). Start-up prints
+// the resolved configuration, the listening address, load progress, the cache plan and a ready
+// line; every --log-stats-interval seconds a stats line; SIGINT / SIGTERM stop admitting, let
+// requests in flight finish for --shutdown-timeout seconds, abort the rest and exit 0.
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/command.h"
+#include "cli/engine_flags.h"
+#include "cli/progress_printer.h"
+#include "engine/engine.h"
+#include "engine/loaded_model.h"
+#include "server/api_common.h"
+#include "server/engine_loop.h"
+#include "server/generation_backend.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "text/special_tokens.h"
+
+namespace dsv41 {
+namespace {
+
+struct ServeFlags {
+  std::string model_dir;
+  std::string model_flag;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::vector<std::string> served_model_names;
+  std::string api_key;
+  int32_t max_queue = 256;
+  size_t max_request_bytes = size_t{16} << 20;
+  double shutdown_timeout_s = 10.0;
+  double log_stats_interval_s = 10.0;
+  EngineFlags engine;
+};
+
+// SIGINT / SIGTERM, delivered to one waiting thread (blocked everywhere else, so no handler runs
+// on an arbitrary thread).
+class SignalWaiter {
+ public:
+  SignalWaiter() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    // Before any thread exists, so every thread inherits the mask.
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a death
+    thread_ = std::thread([this] {
+      int sig = 0;
+      sigwait(&set_, &sig);
+      std::lock_guard<std::mutex> lock(mu_);
+      signal_ = sig;
+      cv_.notify_all();
+    });
+  }
+  ~SignalWaiter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (signal_ == 0) pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait
+    }
+    thread_.join();
+  }
+  bool signalled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return signal_ != 0;
+  }
+  // Waits up to `timeout`; true once a signal came.
+  bool WaitFor(std::chrono::duration<double> timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return signal_ != 0; });
+  }
+  int signal_number() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return signal_;
+  }
+
+ private:
+  sigset_t set_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int signal_ = 0;
+  std::thread thread_;
+};
+
+// One stats line (STYLE.md §9): throughput since the last line, requests, KV use, prefix hits.
+void PrintStats(const EngineStats& now, const EngineStats& before, double seconds) {
+  const double prompt = static_cast<double>(now.prompt_tokens - before.prompt_tokens) / seconds;
+  const double generation =
+      static_cast<double>(now.generation_tokens - before.generation_tokens) / seconds;
+  const uint32_t used = now.total_blocks - now.free_blocks;
+  const uint64_t queried = now.prefix_queried_tokens - before.prefix_queried_tokens;
+  const uint64_t hit = now.prefix_hit_tokens - before.prefix_hit_tokens;
+  std::fprintf(stderr,
+               "stats: prompt %.1f tok/s, generation %.1f tok/s, running %d, waiting %d, kv %u/%u "
+               "blocks used (%.1f%%), %u cached, prefix hit %.1f%%\n",
+               prompt, generation, now.running, now.waiting, used, now.total_blocks,
+               now.total_blocks ? 100.0 * used / now.total_blocks : 0.0, now.cached_blocks,
+               queried ? 100.0 * static_cast<double>(hit) / static_cast<double>(queried) : 0.0);
+}
+
+int RunServe(ServeFlags flags) {
+  const std::string dir = flags.model_flag.empty() ? flags.model_dir : flags.model_flag;
+  if (dir.empty()) {
+    std::fprintf(stderr, "dsv41 serve: MODEL_DIR (or --model DIR) is required\n");
+    return 2;
+  }
+  Result<EngineOptions> options = ToEngineOptions(flags.engine);
+  if (!options.ok()) {
+    std::fprintf(stderr, "dsv41 serve: %s\n", options.status().ToString().c_str());
+    return 2;
+  }
+  if (flags.max_queue < 0 || flags.max_request_bytes == 0 || flags.port < 0 || flags.port > 65535) {
+    std::fprintf(stderr, "dsv41 serve: --max-queue, --max-request-bytes or --port out of range\n");
+    return 2;
+  }
+  if (flags.served_model_names.empty()) flags.served_model_names.push_back(dir);
+  const int threads = ComputeThreads(flags.engine);
+  const int http_threads = options->max_num_seqs + flags.max_queue + 16;
+  std::fprintf(stderr,
+               "dsv41 serve: model %s, served as '%s', host %s, port %d, api key %s, max-queue "
+               "%d, max-request-bytes %zu, %d compute threads, %d http threads, max-num-seqs %d, "
+               "max-num-batched-tokens %d, max-model-len %lld\n",
+               dir.c_str(), flags.served_model_names.front().c_str(), flags.host.c_str(),
+               flags.port, flags.api_key.empty() ? "off" : "on", flags.max_queue,
+               flags.max_request_bytes, threads, http_threads, options->max_num_seqs,
+               options->max_num_batched_tokens, static_cast<long long>(options->max_model_len));
+
+  SignalWaiter signals;
+  ServerMetrics metrics;
+  HttpServerOptions http;
+  http.host = flags.host;
+  http.port = flags.port;
+  http.api_key = flags.api_key;
+  http.max_request_bytes = flags.max_request_bytes;
+  http.num_threads = http_threads;
+  Result<std::unique_ptr<HttpServer>> server = HttpServer::Bind(http, metrics);
+  if (!server.ok()) {
+    std::fprintf(stderr, "dsv41 serve: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  if (Status started = (*server)->Start(); !started.ok()) {
+    std::fprintf(stderr, "dsv41 serve: %s\n", started.ToString().c_str());
+    return 1;
+  }
+  const std::string address = StrFormat("http://%s:%d", flags.host.c_str(), (*server)->port());
+  std::fprintf(stderr, "dsv41 serve: listening on %s (loading: /health is 503 until ready)\n",
+               address.c_str());
+
+  ProgressPrinter printer;
+  ProgressFn draw = printer.AsFn();
+  Result<LoadedTextModel> model = LoadedTextModel::Load(dir, [&](const Progress& p) {
+    (*server)->SetLoadProgress(p);
+    return draw(p) && !signals.signalled();
+  });
+  printer.Done();
+  if (!model.ok()) {
+    if (signals.signalled()) {
+      std::fprintf(stderr, "dsv41 serve: stopped while loading\n");
+      return 0;
+    }
+    std::fprintf(stderr, "dsv41 serve: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  ThreadPool pool(threads);
+  PrefaultWeights(*model, pool, flags.engine);
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(*model, *options, pool);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "dsv41 serve: %s\n", engine.status().ToString().c_str());
+    return 2;
+  }
+  PrintEngineLayout(**engine, *options);
+
+  ServedModel served;
+  served.tokenizer = model->tokenizer.get();
+  served.names = flags.served_model_names;
+  served.max_model_len = (*engine)->layout().max_request_tokens;
+  served.vocab_size = model->config().vocab_size;
+  served.think_close_id = model->tokenizer->IdOf(kThinkClose).value_or(-1);
+  served.created = UnixSeconds();
+  EngineBackend backend(**engine);
+  EngineLoop loop(backend, metrics,
+                  EngineLoopOptions{.max_live_requests = options->max_num_seqs + flags.max_queue});
+  loop.Start();
+  (*server)->SetReady(served, loop);
+  std::fprintf(stderr, "dsv41 serve: ready: serving '%s' on %s (max context %lld tokens)\n",
+               served.names.front().c_str(), address.c_str(),
+               static_cast<long long>(served.max_model_len));
+
+  EngineStats last = metrics.engine_stats();
+  auto last_time = std::chrono::steady_clock::now();
+  const double interval = flags.log_stats_interval_s > 0 ? flags.log_stats_interval_s : 3600.0;
+  while (!signals.WaitFor(std::chrono::duration<double>(interval))) {
+    if (flags.log_stats_interval_s <= 0) continue;
+    const auto now_time = std::chrono::steady_clock::now();
+    const EngineStats now = metrics.engine_stats();
+    const bool idle = now.running == 0 && now.waiting == 0 && now.num_steps == last.num_steps;
+    if (idle) continue;  // nothing happened since the last line
+    PrintStats(now, last, std::chrono::duration<double>(now_time - last_time).count());
+    last = now;
+    last_time = now_time;
+  }
+  std::fprintf(stderr,
+               "dsv41 serve: signal %d: stopping (no new requests; %d in flight get %.0f s to "
+               "finish, then are aborted)\n",
+               signals.signal_number(), loop.num_live(), flags.shutdown_timeout_s);
+  (*server)->SetShuttingDown();
+  loop.Shutdown(std::chrono::milliseconds(static_cast<int64_t>(flags.shutdown_timeout_s * 1000)));
+  // Every request has its last output now; let the HTTP threads write it (bounded, for clients
+  // that stopped reading).
+  (*server)->WaitIdle(std::chrono::seconds(5));
+  (*server)->Stop();
+  std::fprintf(stderr, "dsv41 serve: stopped\n");
+  return 0;
+}
+
+std::function<int()> SetupServe(CLI::App& sub) {
+  auto flags = std::make_shared<ServeFlags>();
+  sub.add_option("model_dir", flags->model_dir, "model directory");
+  sub.add_option("-m,--model", flags->model_flag, "model directory (instead of MODEL_DIR)");
+  sub.add_option("--host", flags->host, "address to listen on")->capture_default_str();
+  sub.add_option("--port", flags->port, "TCP port (0: any free port)")->capture_default_str();
+  sub.add_option("--served-model-name", flags->served_model_names,
+                 "model name(s) clients use (default: the model directory)");
+  sub.add_option("--api-key", flags->api_key,
+                 "require 'Authorization: Bearer KEY' (or x-api-key on /v1/messages)");
+  sub.add_option("--max-queue", flags->max_queue,
+                 "requests that may wait beyond --max-num-seqs; more get 429 (Anthropic 529)")
+      ->capture_default_str();
+  sub.add_option("--max-request-bytes", flags->max_request_bytes,
+                 "largest request body; larger get 413")
+      ->capture_default_str();
+  sub.add_option("--shutdown-timeout", flags->shutdown_timeout_s,
+                 "seconds requests in flight get to finish after SIGINT/SIGTERM")
+      ->capture_default_str();
+  sub.add_option("--log-stats-interval", flags->log_stats_interval_s,
+                 "seconds between stats lines on stderr (0: none)")
+      ->capture_default_str();
+  AddEngineFlags(sub, flags->engine);
+  return [flags] { return RunServe(*flags); };
+}
+
+DSV41_REGISTER_COMMAND(kServeCommand, "serve", "OpenAI + Anthropic HTTP server", SetupServe);
+
+}  // namespace
+}  // namespace dsv41

@@ -1,0 +1,34 @@
+#pragma once
+
+// The Anthropic Messages endpoint (/v1/messages; tokenizer-and-chat.md §6.9, §7.4): request bodies
+// to chat messages and an engine submission; responses and the streaming event sequence
+// (message_start, content_block_start / _delta / _stop for thinking, text and tool_use blocks,
+// message_delta, message_stop). Thread-safe as long as each writer stays on one thread.
+
+#include <memory>
+
+#include "base/status.h"
+#include "server/generation_request.h"
+#include "server/response_writer.h"
+#include "text/chat_encoding.h"
+#include "text/json_format.h"
+
+namespace dsv41 {
+
+// The chat messages and options of a Messages body: `system` (a string or text blocks) as the
+// system message at index 0, user blocks (text, tool_result), assistant blocks (text, thinking,
+// tool_use), `tools` ({name, description, input_schema}) as OpenAI function tools, `tool_choice`
+// (none omits the tools), `thinking` (enabled: thinking mode; disabled: chat mode; absent: the
+// engine default, thinking). A tool_result must answer a tool_use of the assistant message right
+// before it. InvalidArgument naming the field.
+Status MapMessagesRequest(const JsonValue& body, std::vector<ChatMessage>& messages,
+                          ChatOptions& options);
+
+// /v1/messages: the above rendered and tokenised, max_tokens (required), stop_sequences (matched
+// on content), temperature, top_p, top_k, stream.
+Result<GenerationRequest> ParseMessagesRequest(const JsonValue& body, const ServedModel& model);
+
+std::unique_ptr<ResponseWriter> MakeMessagesWriter(const GenerationRequest& request,
+                                                   const ServedModel& model);
+
+}  // namespace dsv41

@@ -1,0 +1,77 @@
+// Metrics exposition, SSE reading and error-field extraction, with hand-computed values.
+
+#include "server/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/api_error.h"
+#include "server/bench_serve.h"
+#include "server/http_client.h"
+
+namespace dsv41 {
+namespace {
+
+TEST(HistogramTest, BucketsAreCumulativeWithSumAndCount) {
+  Histogram h({0.1, 1.0});
+  h.Observe(0.05);
+  h.Observe(0.1);  // a bound is inclusive (le)
+  h.Observe(0.5);
+  h.Observe(7.0);
+  std::string out;
+  h.Render("x_seconds", "help", out);
+  EXPECT_EQ(out,
+            "# HELP x_seconds help\n# TYPE x_seconds histogram\n"
+            "x_seconds_bucket{le=\"0.1\"} 2\nx_seconds_bucket{le=\"1\"} 3\n"
+            "x_seconds_bucket{le=\"+Inf\"} 4\nx_seconds_sum 7.65\nx_seconds_count 4\n");
+}
+
+TEST(ServerMetricsTest, EngineGaugesSplitFreeCachedAndUsedBlocks) {
+  ServerMetrics m;
+  EngineStats s;
+  s.total_blocks = 100;
+  s.free_blocks = 70;
+  s.cached_blocks = 20;
+  s.running = 3;
+  m.PublishEngineStats(s);
+  const std::string out = m.RenderPrometheus();
+  EXPECT_NE(out.find("dsv41_kv_blocks_used 30\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("dsv41_kv_blocks_cached 20\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_kv_blocks_free 50\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_kv_cache_usage 0.3\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_num_requests_running 3\n"), std::string::npos);
+}
+
+TEST(SseReaderTest, SplitsEventsAcrossPiecesAndSkipsComments) {
+  SseReader r;
+  const std::string body = ": ping\n\nevent: a\ndata: {\"x\"\ndata: : 1}\n\ndata: [DONE]\n\n";
+  for (char c : body) r.Push(std::string_view(&c, 1));
+  const std::vector<SseMessage> events = r.Take();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].event, "a");
+  EXPECT_EQ(events[0].data, "{\"x\"\n: 1}");
+  EXPECT_EQ(events[1].event, "");
+  EXPECT_EQ(events[1].data, "[DONE]");
+}
+
+TEST(ApiErrorTest, ParamIsTheFieldPathAMessageStartsWith) {
+  EXPECT_EQ(ErrorParam("messages[2].content: must be a string"), "messages[2].content");
+  EXPECT_EQ(ErrorParam("top_p 1.5 is outside (0, 1]"), "top_p");
+  EXPECT_EQ(ErrorParam("temperature: must be a number"), "temperature");
+  EXPECT_EQ(ErrorParam("the server is overloaded"), "");
+  EXPECT_EQ(ErrorParam("a prompt of 5 tokens"), "");
+}
+
+TEST(BenchServeTest, PercentilesInterpolateLinearlyAsNumpy) {
+  std::vector<double> v = {4, 1, 3, 2};
+  EXPECT_DOUBLE_EQ(Percentile(v, 50), 2.5);  // numpy.percentile([1, 2, 3, 4], 50)
+  EXPECT_DOUBLE_EQ(Percentile(v, 90), 3.7);
+  EXPECT_DOUBLE_EQ(Percentile(v, 99), 3.97);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0), 1);
+  std::vector<double> empty;
+  EXPECT_EQ(Percentile(empty, 50), 0);
+}
+
+}  // namespace
+}  // namespace dsv41

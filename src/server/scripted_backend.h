@@ -1,0 +1,78 @@
+#pragma once
+
+// A test double of the engine's output for the server tests and the request fuzzer: every request
+// generates the same scripted tokens, one per step, with the text the engine would stream for
+// them, then finishes (EOS, or kLength at max_tokens). It can hold every request (no output)
+// to fill the queue or keep a stream open, and counts aborts. Engine thread only, except
+// set_hold and the counters, which are thread-safe.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "server/generation_backend.h"
+
+namespace dsv41 {
+
+class ScriptedBackend final : public GenerationBackend {
+ public:
+  struct Token {
+    int32_t id = 0;
+    std::string text;  // what the engine streams for it (whole UTF-8 characters)
+  };
+
+  // stats().total_blocks = num_blocks; each live request holds one block.
+  explicit ScriptedBackend(std::vector<Token> script, uint32_t num_blocks = 64)
+      : script_(std::move(script)), num_blocks_(num_blocks) {}
+
+  // Every script byte its own token (id = the byte); the text of a token is the characters it
+  // completes, as the engine's streaming detokenizer releases them.
+  static std::vector<Token> ByteTokens(std::string_view text);
+
+  void set_hold(bool hold) { hold_.store(hold); }
+  // The next step fails as a whole (a fault of the engine, not of a request).
+  void FailNextStep() { fail_next_step_.store(true); }
+  // Every step that produces tokens takes at least this long (a slow model).
+  void set_step_delay(std::chrono::microseconds delay) { step_delay_us_.store(delay.count()); }
+  int num_added() const { return num_added_.load(); }
+  int num_aborted() const { return num_aborted_.load(); }
+  int num_live() const { return num_live_.load(); }
+  // The last request's prompt and parameters.
+  const std::vector<int32_t>& last_prompt() const { return last_prompt_; }
+  const SamplingParams& last_params() const { return last_params_; }
+
+  Result<uint64_t> AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
+                              const AddRequestOptions& options) override;
+  Status Abort(uint64_t request_id) override;
+  Result<std::vector<RequestOutput>> Step() override;
+  bool HasUnfinished() const override { return !live_.empty() || !pending_.empty(); }
+  EngineStats stats() const override;
+
+ private:
+  struct Live {
+    int32_t num_prompt_tokens = 0;
+    int32_t max_tokens = 0;
+    size_t pos = 0;
+  };
+
+  const std::vector<Token> script_;
+  const uint32_t num_blocks_;
+  std::atomic<bool> hold_{false};
+  std::atomic<int64_t> step_delay_us_{0};
+  std::atomic<bool> fail_next_step_{false};
+  std::atomic<int> num_added_{0};
+  std::atomic<int> num_aborted_{0};
+  std::atomic<int> num_live_{0};
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, Live> live_;
+  std::vector<RequestOutput> pending_;
+  std::vector<int32_t> last_prompt_;
+  SamplingParams last_params_;
+  uint64_t generated_ = 0;
+  uint64_t prompt_tokens_ = 0;
+};
+
+}  // namespace dsv41

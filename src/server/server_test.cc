@@ -1,0 +1,792 @@
+// The HTTP layer end to end over loopback against a scripted engine output (ScriptedBackend):
+// reasoning, content and DSML tool calls split at every byte through both APIs, streaming and
+// not (tokenizer-and-chat.md §7); content stop strings; errors naming the field, in the OpenAI or
+// Anthropic shape; overload answered at once; a client that goes away aborts its request; load
+// state on /health; metrics. Expected values come from the spec's grammar and hand counts.
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/engine_loop.h"
+#include "server/http_client.h"
+#include "server/http_server.h"
+#include "server/json_path.h"
+#include "server/metrics.h"
+#include "server/scripted_backend.h"
+#include "text/json_format.h"
+#include "text/special_tokens.h"
+#include "text/tokenizer.h"
+#include "tiny/synthetic_tokenizer.h"
+
+namespace dsv41 {
+namespace {
+
+JsonValue Parse(const std::string& body) {
+  Result<JsonValue> v = ParseJsonValue(body, "response");
+  EXPECT_TRUE(v.ok()) << v.status().ToString() << "\n" << body;
+  return v.ok() ? std::move(v).value() : JsonValue();
+}
+
+// The generated text of the tool-call script and what §7.2 makes of it.
+const std::string kReasoning = "Need the ｜weather｜ first.";
+const std::string kContent = "Checking now.";
+const std::string kBlock =
+    "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n<｜DSML｜ parameter "
+    "name=\"city\" string=\"true\">Paris</｜DSML｜ parameter>\n<｜DSML｜ parameter name=\"days\" "
+    "string=\"false\">3</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+const std::string kScript = kReasoning + "</think>" + kContent + kBlock;
+const std::string kArguments = R"({"city": "Paris", "days": 3})";
+
+const std::string kChatBody =
+    R"({"model": "tiny", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+        {"type": "object", "properties": {"city": {"type": "string"}}}}}]})";
+const std::string kMessagesBody =
+    R"({"model": "tiny", "max_tokens": 500, "messages": [{"role": "user", "content":
+        "Weather in Paris?"}], "tools": [{"name": "get_weather", "input_schema": {"type":
+        "object"}}]})";
+
+// `body` with `"stream": true` (and more members) added at the front.
+std::string WithMembers(const std::string& body, const std::string& members) {
+  return "{" + members + ", " + body.substr(body.find('{') + 1);
+}
+
+// What an OpenAI chat stream adds up to.
+struct ChatStream {
+  std::string reasoning, content, finish_reason;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+  bool done = false;
+  bool first_is_role = false;
+  JsonValue usage;
+};
+
+ChatStream CollectChat(const std::vector<SseMessage>& events) {
+  ChatStream s;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i].data == "[DONE]") {
+      s.done = true;
+      continue;
+    }
+    const JsonValue chunk = Parse(events[i].data);
+    if (const JsonValue* usage = JsonAt(chunk, "usage"); usage != nullptr && !usage->is_null()) {
+      s.usage = *usage;
+    }
+    const JsonValue* delta = JsonAt(chunk, "choices.0.delta");
+    if (delta == nullptr) continue;
+    if (i == 0) s.first_is_role = JsonText(*delta, "role") == "assistant";
+    if (const JsonValue* r = delta->Find("reasoning_content")) s.reasoning += r->text;
+    if (const JsonValue* c = delta->Find("content")) s.content += c->text;
+    if (const JsonValue* calls = delta->Find("tool_calls")) {
+      for (const JsonValue& call : calls->array) {
+        const size_t idx = static_cast<size_t>(std::atoi(JsonText(call, "index").c_str()));
+        if (s.calls.size() <= idx) s.calls.resize(idx + 1);
+        s.calls[idx].first += JsonText(call, "function.name");
+        s.calls[idx].second += JsonText(call, "function.arguments");
+      }
+    }
+    if (const JsonValue* f = JsonAt(chunk, "choices.0.finish_reason");
+        f != nullptr && !f->is_null()) {
+      s.finish_reason = f->text;
+    }
+  }
+  return s;
+}
+
+// What an Anthropic stream adds up to: blocks (type, text) and the stop reason.
+struct MessagesStream {
+  std::vector<std::string> event_names;
+  std::vector<std::pair<std::string, std::string>> blocks;  // type, text / thinking / input json
+  std::vector<std::string> tool_names;
+  std::string stop_reason;
+  JsonValue stop_sequence;
+  JsonValue usage;
+};
+
+MessagesStream CollectMessages(const std::vector<SseMessage>& events) {
+  MessagesStream s;
+  for (const SseMessage& e : events) {
+    s.event_names.push_back(e.event);
+    const JsonValue data = Parse(e.data);
+    EXPECT_EQ(JsonText(data, "type"), e.event) << "event name and data type agree";
+    if (e.event == "content_block_start") {
+      s.blocks.emplace_back(JsonText(data, "content_block.type"), "");
+      if (JsonText(data, "content_block.type") == "tool_use") {
+        s.tool_names.push_back(JsonText(data, "content_block.name"));
+      }
+    } else if (e.event == "content_block_delta") {
+      const std::string type = JsonText(data, "delta.type");
+      const std::string key = type == "thinking_delta" ? "delta.thinking"
+                              : type == "text_delta"   ? "delta.text"
+                                                       : "delta.partial_json";
+      s.blocks.back().second += JsonText(data, key);
+    } else if (e.event == "message_delta") {
+      s.stop_reason = JsonText(data, "delta.stop_reason");
+      s.stop_sequence = *JsonAt(data, "delta.stop_sequence");
+      s.usage = *JsonAt(data, "usage");
+    }
+  }
+  return s;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    Result<SyntheticTokenizer> synthetic = BuildSyntheticTokenizer(512, 7);
+    ASSERT_TRUE(synthetic.ok()) << synthetic.status().ToString();
+    Result<Tokenizer> tokenizer = Tokenizer::FromJson(synthetic->json);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+    tokenizer_ = new Tokenizer(std::move(tokenizer).value());
+  }
+  static void TearDownTestSuite() { delete tokenizer_; }
+
+  void Start(std::vector<ScriptedBackend::Token> script, HttpServerOptions options = {},
+             int32_t max_live = 8, bool ready = true) {
+    backend_ = std::make_unique<ScriptedBackend>(std::move(script));
+    loop_ = std::make_unique<EngineLoop>(*backend_, metrics_,
+                                         EngineLoopOptions{.max_live_requests = max_live});
+    loop_->Start();
+    served_.tokenizer = tokenizer_;
+    served_.names = {"tiny", "tiny-alias"};
+    served_.max_model_len = 4096;
+    served_.vocab_size = tokenizer_->vocab_size();
+    served_.think_close_id = tokenizer_->IdOf(kThinkClose).value_or(-1);
+    options.port = 0;
+    options.heartbeat = std::chrono::milliseconds(50);
+    Result<std::unique_ptr<HttpServer>> server = HttpServer::Bind(options, metrics_);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+    ASSERT_TRUE(server_->Start().ok());
+    if (ready) server_->SetReady(served_, *loop_);
+    client_ = std::make_unique<HttpClient>("127.0.0.1", server_->port());
+  }
+
+  void TearDown() override {
+    if (backend_ != nullptr) backend_->set_hold(false);
+    if (loop_ != nullptr) loop_->Shutdown(std::chrono::milliseconds(0));
+    if (server_ != nullptr) server_->Stop();
+  }
+
+  HttpResponse Post(const std::string& path, const std::string& body,
+                    const HttpHeaders& headers = {}) {
+    Result<HttpResponse> r = client_->Post(path, body, headers);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : HttpResponse();
+  }
+
+  HttpResponse Get(const std::string& path, const HttpHeaders& headers = {}) {
+    Result<HttpResponse> r = client_->Get(path, headers);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : HttpResponse();
+  }
+
+  // Its own client, so other threads may call it while the main thread talks to the server.
+  std::vector<SseMessage> PostSse(const std::string& path, const std::string& body) {
+    SseReader reader;
+    HttpClient client("127.0.0.1", server_->port());
+    Result<HttpResponse> r = client.PostStreaming(path, body, {}, [&](std::string_view piece) {
+      reader.Push(piece);
+      return true;
+    });
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.ok() ? r->status : 0, 200);
+    EXPECT_NE(r.ok() ? r->content_type.find("text/event-stream") : 0, std::string::npos);
+    return reader.Take();
+  }
+
+  // Checks one response of the tool-call script through all four paths.
+  void ExpectToolCallScriptEverywhere() {
+    // OpenAI, non-streaming.
+    const HttpResponse chat = Post("/v1/chat/completions", kChatBody);
+    ASSERT_EQ(chat.status, 200) << chat.body;
+    const JsonValue c = Parse(chat.body);
+    EXPECT_EQ(JsonText(c, "choices.0.message.reasoning_content"), kReasoning);
+    EXPECT_EQ(JsonText(c, "choices.0.message.content"), kContent);
+    EXPECT_EQ(JsonText(c, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+    EXPECT_EQ(JsonText(c, "choices.0.message.tool_calls.0.function.arguments"), kArguments);
+    EXPECT_EQ(JsonText(c, "choices.0.message.tool_calls.0.type"), "function");
+    EXPECT_TRUE(JsonText(c, "choices.0.message.tool_calls.0.id").starts_with("call_"));
+    EXPECT_EQ(JsonText(c, "choices.0.finish_reason"), "tool_calls");
+    EXPECT_EQ(JsonText(c, "object"), "chat.completion");
+    EXPECT_EQ(JsonText(c, "model"), "tiny");
+
+    // OpenAI, streaming: the deltas add up to the same message.
+    const ChatStream s = CollectChat(PostSse(
+        "/v1/chat/completions",
+        WithMembers(kChatBody, R"("stream": true, "stream_options": {"include_usage": true})")));
+    EXPECT_TRUE(s.first_is_role);
+    EXPECT_TRUE(s.done);
+    EXPECT_EQ(s.reasoning, kReasoning);
+    EXPECT_EQ(s.content, kContent);
+    ASSERT_EQ(s.calls.size(), 1u);
+    EXPECT_EQ(s.calls[0].first, "get_weather");
+    EXPECT_EQ(s.calls[0].second, kArguments);
+    EXPECT_EQ(s.finish_reason, "tool_calls");
+    EXPECT_EQ(JsonText(s.usage, "completion_tokens"), JsonText(c, "usage.completion_tokens"));
+
+    // Anthropic, non-streaming: thinking, text, tool_use blocks.
+    const HttpResponse msg = Post("/v1/messages", kMessagesBody);
+    ASSERT_EQ(msg.status, 200) << msg.body;
+    const JsonValue m = Parse(msg.body);
+    EXPECT_EQ(JsonText(m, "type"), "message");
+    EXPECT_EQ(JsonText(m, "content.0.type"), "thinking");
+    EXPECT_EQ(JsonText(m, "content.0.thinking"), kReasoning);
+    EXPECT_EQ(JsonText(m, "content.1.type"), "text");
+    EXPECT_EQ(JsonText(m, "content.1.text"), kContent);
+    EXPECT_EQ(JsonText(m, "content.2.type"), "tool_use");
+    EXPECT_EQ(JsonText(m, "content.2.name"), "get_weather");
+    EXPECT_TRUE(JsonText(m, "content.2.id").starts_with("toolu_"));
+    EXPECT_EQ(JsonText(m, "content.2.input.city"), "Paris");
+    EXPECT_EQ(JsonText(m, "content.2.input.days"), "3");
+    EXPECT_EQ(JsonText(m, "stop_reason"), "tool_use");
+
+    // Anthropic, streaming: the event sequence of §7.4 and the same blocks.
+    const MessagesStream a =
+        CollectMessages(PostSse("/v1/messages", WithMembers(kMessagesBody, R"("stream": true)")));
+    ASSERT_GE(a.event_names.size(), 4u);
+    EXPECT_EQ(a.event_names.front(), "message_start");
+    EXPECT_EQ(a.event_names[a.event_names.size() - 2], "message_delta");
+    EXPECT_EQ(a.event_names.back(), "message_stop");
+    ASSERT_EQ(a.blocks.size(), 3u);
+    EXPECT_EQ(a.blocks[0], std::make_pair(std::string("thinking"), kReasoning));
+    EXPECT_EQ(a.blocks[1], std::make_pair(std::string("text"), kContent));
+    EXPECT_EQ(a.blocks[2], std::make_pair(std::string("tool_use"), kArguments));
+    EXPECT_EQ(a.tool_names, std::vector<std::string>{"get_weather"});
+    EXPECT_EQ(a.stop_reason, "tool_use");
+    int starts = 0, stops = 0;
+    for (const std::string& e : a.event_names) {
+      starts += e == "content_block_start";
+      stops += e == "content_block_stop";
+    }
+    EXPECT_EQ(starts, 3);
+    EXPECT_EQ(stops, 3);
+  }
+
+  static Tokenizer* tokenizer_;
+  ServerMetrics metrics_;
+  ServedModel served_;
+  std::unique_ptr<ScriptedBackend> backend_;
+  std::unique_ptr<EngineLoop> loop_;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<HttpClient> client_;
+};
+
+Tokenizer* ServerTest::tokenizer_ = nullptr;
+
+TEST_F(ServerTest, ReasoningContentAndToolCallsSplitAtEveryByteThroughBothApis) {
+  Start(ScriptedBackend::ByteTokens(kScript));
+  ExpectToolCallScriptEverywhere();
+}
+
+TEST_F(ServerTest, WholeScriptInOneStepGivesTheSameResult) {
+  Start({ScriptedBackend::Token{5, kScript}});
+  ExpectToolCallScriptEverywhere();
+}
+
+TEST_F(ServerTest, TokenizedScriptCountsReasoningTokensBeforeThinkClose) {
+  Result<std::vector<int32_t>> ids = tokenizer_->Encode(kScript);
+  ASSERT_TRUE(ids.ok());
+  std::vector<ScriptedBackend::Token> script;
+  StreamingDetokenizer detok(*tokenizer_);
+  for (int32_t id : *ids) script.push_back({id, detok.Push(id)});
+  Result<std::vector<int32_t>> reasoning_ids = tokenizer_->Encode(kReasoning);
+  ASSERT_TRUE(reasoning_ids.ok());
+  Start(script);
+  ExpectToolCallScriptEverywhere();
+  const JsonValue c = Parse(Post("/v1/chat/completions", kChatBody).body);
+  EXPECT_EQ(JsonText(c, "usage.completion_tokens"), std::to_string(ids->size()));
+  EXPECT_EQ(JsonText(c, "usage.completion_tokens_details.reasoning_tokens"),
+            std::to_string(reasoning_ids->size()));
+  const std::string prompt_tokens = JsonText(c, "usage.prompt_tokens");
+  EXPECT_EQ(prompt_tokens, std::to_string(backend_->last_prompt().size()));
+  EXPECT_EQ(JsonText(c, "usage.total_tokens"),
+            std::to_string(backend_->last_prompt().size() + ids->size()));
+}
+
+TEST_F(ServerTest, TruncatedToolBlockIsContentWithFinishLength) {
+  Start(ScriptedBackend::ByteTokens(kScript));
+  // Stops 10 bytes before the end of the block: §7.6, the raw text after </think> is content.
+  const size_t max_tokens = kScript.size() - 10;
+  const std::string members = "\"max_tokens\": " + std::to_string(max_tokens);
+  const JsonValue c = Parse(Post("/v1/chat/completions", WithMembers(kChatBody, members)).body);
+  EXPECT_EQ(JsonText(c, "choices.0.finish_reason"), "length");
+  EXPECT_EQ(JsonText(c, "choices.0.message.content"),
+            kContent + kBlock.substr(0, kBlock.size() - 10));
+  EXPECT_EQ(JsonAt(c, "choices.0.message.tool_calls"), nullptr);
+  const ChatStream s = CollectChat(
+      PostSse("/v1/chat/completions", WithMembers(kChatBody, members + R"(, "stream": true)")));
+  EXPECT_EQ(s.finish_reason, "length");
+  EXPECT_EQ(s.content, kContent + kBlock.substr(0, kBlock.size() - 10));
+  EXPECT_TRUE(s.calls.empty());
+  std::string messages_body = kMessagesBody;
+  messages_body.replace(messages_body.find("500"), 3, std::to_string(max_tokens));
+  const JsonValue m = Parse(Post("/v1/messages", messages_body).body);
+  EXPECT_EQ(JsonText(m, "stop_reason"), "max_tokens");
+  EXPECT_EQ(JsonText(m, "content.1.text"), kContent + kBlock.substr(0, kBlock.size() - 10));
+  EXPECT_NE(metrics_.RenderPrometheus().find("dsv41_malformed_tool_outputs_total 3"),
+            std::string::npos);
+}
+
+TEST_F(ServerTest, ContentStopStringEndsTheRequestAndIsNotMatchedInReasoning) {
+  Start(ScriptedBackend::ByteTokens(kScript));
+  // "first" occurs in the reasoning only, "now" in the content.
+  const JsonValue c = Parse(
+      Post("/v1/chat/completions", WithMembers(kChatBody, R"("stop": ["first", " now"])")).body);
+  EXPECT_EQ(JsonText(c, "choices.0.message.reasoning_content"), kReasoning);
+  EXPECT_EQ(JsonText(c, "choices.0.message.content"), "Checking");
+  EXPECT_EQ(JsonText(c, "choices.0.finish_reason"), "stop");
+  const ChatStream s = CollectChat(
+      PostSse("/v1/chat/completions", WithMembers(kChatBody, R"("stop": " now", "stream": true)")));
+  EXPECT_EQ(s.content, "Checking");
+  EXPECT_EQ(s.finish_reason, "stop");
+  const JsonValue m =
+      Parse(Post("/v1/messages", WithMembers(kMessagesBody, R"("stop_sequences": [" now"])")).body);
+  EXPECT_EQ(JsonText(m, "stop_reason"), "stop_sequence");
+  EXPECT_EQ(JsonText(m, "stop_sequence"), " now");
+  const MessagesStream a = CollectMessages(PostSse(
+      "/v1/messages", WithMembers(kMessagesBody, R"("stop_sequences": [" now"], "stream": true)")));
+  EXPECT_EQ(a.stop_reason, "stop_sequence");
+  EXPECT_EQ(a.stop_sequence.text, " now");
+  ASSERT_EQ(a.blocks.size(), 2u);
+  EXPECT_EQ(a.blocks[1].second, "Checking");
+  // Each request ended (the server aborts it in the engine when the stop string matched first).
+  EXPECT_EQ(loop_->num_live(), 0);
+}
+
+TEST_F(ServerTest, ChatModeHasNoReasoningAndCompletionsReturnRawText) {
+  Start(ScriptedBackend::ByteTokens("plain ｜ answer"));
+  const JsonValue c =
+      Parse(Post("/v1/chat/completions",
+                 WithMembers(kChatBody, R"("chat_template_kwargs": {"thinking": false})"))
+                .body);
+  EXPECT_EQ(JsonText(c, "choices.0.message.content"), "plain ｜ answer");
+  ASSERT_NE(JsonAt(c, "choices.0.message.reasoning_content"), nullptr);
+  EXPECT_TRUE(JsonAt(c, "choices.0.message.reasoning_content")->is_null());
+  EXPECT_EQ(JsonText(c, "choices.0.finish_reason"), "stop");
+  const JsonValue m = Parse(
+      Post("/v1/messages", WithMembers(kMessagesBody, R"("thinking": {"type": "disabled"})")).body);
+  EXPECT_EQ(JsonText(m, "content.0.type"), "text");
+  EXPECT_EQ(JsonText(m, "stop_reason"), "end_turn");
+  const HttpResponse r =
+      Post("/v1/completions",
+           R"({"prompt": [5, 6, 7], "max_tokens": 100, "return_token_ids": true, "echo": false})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const JsonValue p = Parse(r.body);
+  EXPECT_EQ(JsonText(p, "object"), "text_completion");
+  EXPECT_EQ(JsonText(p, "choices.0.text"), "plain ｜ answer");
+  EXPECT_EQ(FormatJson(*JsonAt(p, "choices.0.prompt_token_ids")), "[5, 6, 7]");
+  EXPECT_EQ(JsonAt(p, "choices.0.token_ids")->array.size(), std::string("plain ｜ answer").size());
+  EXPECT_EQ(backend_->last_prompt(), (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_TRUE(backend_->last_params().skip_special_tokens);
+  EXPECT_EQ(backend_->last_params().max_tokens, 100);
+}
+
+TEST_F(ServerTest, SamplingFieldsReachTheEngine) {
+  Start(ScriptedBackend::ByteTokens("x"));
+  const HttpResponse r =
+      Post("/v1/chat/completions",
+           WithMembers(kChatBody, R"("temperature": 0.5, "top_p": 0.9, "top_k": 7, "min_p": 0.05,
+                  "seed": 42, "presence_penalty": 0.25, "frequency_penalty": -0.5,
+                  "max_completion_tokens": 33, "stop": "zz", "logprobs": true,
+                  "top_logprobs": 3)"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const SamplingParams& p = backend_->last_params();
+  EXPECT_EQ(p.temperature, 0.5f);
+  EXPECT_EQ(p.top_p, 0.9f);
+  EXPECT_EQ(p.top_k, 7);
+  EXPECT_EQ(p.min_p, 0.05f);
+  EXPECT_EQ(p.seed, std::optional<uint64_t>(42));
+  EXPECT_EQ(p.presence_penalty, 0.25f);
+  EXPECT_EQ(p.frequency_penalty, -0.5f);
+  EXPECT_EQ(p.max_tokens, 33);
+  EXPECT_EQ(p.logprobs, 3);
+  EXPECT_TRUE(p.stop.empty()) << "chat stop strings are matched on content by the server";
+  EXPECT_FALSE(p.skip_special_tokens) << "the output parser needs </think> and ｜DSML｜";
+}
+
+struct BadRequest {
+  std::string name;
+  std::string path;
+  std::string body;
+  int status;
+  std::string message_part;  // the field the message names
+};
+
+void PrintTo(const BadRequest& bad, std::ostream* os) {
+  *os << bad.name << ": POST " << bad.path << " -> " << bad.status << " naming '"
+      << bad.message_part << "'";
+}
+
+class ServerErrorTest : public ServerTest, public ::testing::WithParamInterface<BadRequest> {};
+
+TEST_P(ServerErrorTest, AnswersWithTheErrorShapeNamingTheField) {
+  const BadRequest& bad = GetParam();
+  HttpServerOptions options;
+  options.max_request_bytes = 16384;
+  Start(ScriptedBackend::ByteTokens("ok"), options);
+  const HttpResponse r = Post(bad.path, bad.body);
+  EXPECT_EQ(r.status, bad.status) << r.body;
+  const JsonValue e = Parse(r.body);
+  if (bad.path == "/v1/messages") {
+    EXPECT_EQ(JsonText(e, "type"), "error");
+    EXPECT_NE(JsonText(e, "error.message").find(bad.message_part), std::string::npos) << r.body;
+    EXPECT_FALSE(JsonText(e, "error.type").empty());
+  } else {
+    EXPECT_NE(JsonText(e, "error.message").find(bad.message_part), std::string::npos) << r.body;
+    EXPECT_FALSE(JsonText(e, "error.type").empty());
+  }
+  // A failing request fails alone: the next good one is served.
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
+  EXPECT_EQ(backend_->num_added(), 1);
+}
+
+std::string Repeat(const std::string& s, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ServerErrorTest,
+    ::testing::Values(
+        BadRequest{"MalformedJson", "/v1/chat/completions", R"({"messages": [)", 400,
+                   "invalid JSON"},
+        BadRequest{"NotAnObject", "/v1/chat/completions", "[1]", 400, "request body"},
+        BadRequest{"MessagesWrongType", "/v1/chat/completions", R"({"messages": "hi"})", 400,
+                   "messages"},
+        BadRequest{"TemperatureWrongType", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", 400,
+                   "temperature"},
+        BadRequest{"TopPOutOfRange", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "x"}], "top_p": 1.5})", 400,
+                   "top_p"},
+        BadRequest{"UnknownRole", "/v1/chat/completions",
+                   R"({"messages": [{"role": "wizard", "content": "x"}]})", 400,
+                   "messages[0].role"},
+        BadRequest{"NotOne", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", 400, "n:"},
+        BadRequest{"ToolCallsOnUser", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})", 400,
+                   "messages[0].tool_calls"},
+        BadRequest{"ToolWithoutCall", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "x"},
+                       {"role": "tool", "tool_call_id": "a", "content": "r"}]})",
+                   400, "messages[1]"},
+        BadRequest{"BadToolArguments", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant",
+                       "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f",
+                       "arguments": "[1]"}}]}]})",
+                   400, "messages[1].tool_calls[0].function.arguments"},
+        BadRequest{"UnknownToolChoice", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "x"}],
+                       "tool_choice": {"type": "function", "function": {"name": "nope"}}})",
+                   400, "tool_choice"},
+        BadRequest{"BadEffort", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "x"}],
+                       "reasoning_effort": "extreme"})",
+                   400, "reasoning_effort"},
+        BadRequest{"MaxTokensBeyondContext", "/v1/chat/completions",
+                   R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9000})", 400,
+                   "max_tokens"},
+        BadRequest{"PromptTooLong", "/v1/completions",
+                   "{\"prompt\": [" + Repeat("5, ", 4100) + "5]}", 400, "prompt"},
+        BadRequest{"InvalidUtf8", "/v1/chat/completions",
+                   "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}", 400,
+                   "UTF-8"},
+        BadRequest{
+            "BodyTooLarge", "/v1/chat/completions",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"" + Repeat("a", 20000) + "\"}]}",
+            413, "max-request-bytes"},
+        BadRequest{"UnknownModel", "/v1/chat/completions",
+                   R"({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]})", 404,
+                   "gpt-9"},
+        BadRequest{"TokenIdOutOfVocab", "/v1/completions", R"({"prompt": [5, 99999]})", 400,
+                   "prompt[1]"},
+        BadRequest{"AnthropicNoMaxTokens", "/v1/messages",
+                   R"({"messages": [{"role": "user", "content": "x"}]})", 400, "max_tokens"},
+        BadRequest{"AnthropicUnknownRole", "/v1/messages",
+                   R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})", 400,
+                   "messages[0].role"},
+        BadRequest{"AnthropicToolResultWithoutUse", "/v1/messages",
+                   R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type":
+                       "tool_result", "tool_use_id": "t1", "content": "r"}]}]})",
+                   400, "messages[0].content[0].tool_use_id"},
+        BadRequest{"AnthropicToolUseInUser", "/v1/messages",
+                   R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type":
+                       "tool_use", "id": "t", "name": "f", "input": {}}]}]})",
+                   400, "messages[0].content[0]"},
+        BadRequest{"AnthropicImage", "/v1/messages",
+                   R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type":
+                       "image", "source": {}}]}]})",
+                   400, "image"},
+        BadRequest{"AnthropicMalformedJson", "/v1/messages", "{", 400, "invalid JSON"},
+        BadRequest{"UnknownRoute", "/v1/nothing", "{}", 404, "/v1/nothing"}),
+    [](const ::testing::TestParamInfo<BadRequest>& info) { return info.param.name; });
+
+TEST_F(ServerTest, ApiKeyGuardsEveryEndpointButHealth) {
+  HttpServerOptions options;
+  options.api_key = "sekret";
+  Start(ScriptedBackend::ByteTokens("ok"), options);
+  EXPECT_EQ(Get("/health").status, 200);
+  const HttpResponse none = Post("/v1/chat/completions", kChatBody);
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(JsonText(Parse(none.body), "error.type"), "authentication_error");
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody, {{"Authorization", "Bearer wrong"}}).status,
+            401);
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody, {{"Authorization", "Bearer sekret"}}).status,
+            200);
+  EXPECT_EQ(Get("/v1/models").status, 401);
+  EXPECT_EQ(Get("/metrics").status, 401);
+  EXPECT_EQ(Get("/v1/models", {{"Authorization", "Bearer sekret"}}).status, 200);
+  EXPECT_EQ(Post("/tokenize", R"({"prompt": "a"})").status, 401);
+  // /v1/messages takes x-api-key (Anthropic's header); OpenAI routes do not.
+  const HttpResponse anthropic = Post("/v1/messages", kMessagesBody);
+  EXPECT_EQ(anthropic.status, 401);
+  EXPECT_EQ(JsonText(Parse(anthropic.body), "error.type"), "authentication_error");
+  EXPECT_EQ(Post("/v1/messages", kMessagesBody, {{"x-api-key", "sekret"}}).status, 200);
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody, {{"x-api-key", "sekret"}}).status, 401);
+}
+
+TEST_F(ServerTest, FullQueueAnswers429And529AtOnce) {
+  Start(ScriptedBackend::ByteTokens("ok"), {}, /*max_live=*/2);
+  backend_->set_hold(true);
+  // Two streams fill the server; each stays open (held) until the hold is released.
+  std::vector<std::thread> holders;
+  std::atomic<int> opened{0};
+  for (int i = 0; i < 2; ++i) {
+    holders.emplace_back([&] {
+      HttpClient c("127.0.0.1", server_->port());
+      Result<HttpResponse> r =
+          c.PostStreaming("/v1/chat/completions", WithMembers(kChatBody, R"("stream": true)"), {},
+                          [&](std::string_view) {
+                            ++opened;
+                            return true;
+                          });
+      EXPECT_TRUE(r.ok() && r->status == 200);
+    });
+  }
+  while (loop_->num_live() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const HttpResponse openai = Post("/v1/chat/completions", kChatBody);
+  EXPECT_EQ(openai.status, 429);
+  EXPECT_EQ(JsonText(Parse(openai.body), "error.type"), "rate_limit_error");
+  const HttpResponse anthropic = Post("/v1/messages", kMessagesBody);
+  EXPECT_EQ(anthropic.status, 529);
+  EXPECT_EQ(JsonText(Parse(anthropic.body), "error.type"), "overloaded_error");
+  backend_->set_hold(false);
+  for (std::thread& t : holders) t.join();
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
+  EXPECT_EQ(metrics_.num_errors(RequestErrorType::kOverloaded), 2u);
+}
+
+TEST_F(ServerTest, ClientThatGoesAwayMidStreamAbortsItsRequest) {
+  Start(ScriptedBackend::ByteTokens(Repeat("long answer ", 500)));
+  backend_->set_step_delay(std::chrono::milliseconds(1));  // 6000 steps: seconds, not done soon
+  SseReader reader;
+  int pieces = 0;
+  Result<HttpResponse> r =
+      client_->PostStreaming("/v1/chat/completions", WithMembers(kChatBody, R"("stream": true)"),
+                             {}, [&](std::string_view piece) {
+                               reader.Push(piece);
+                               return ++pieces < 5;  // read a few pieces, then hang up
+                             });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->cancelled);
+  // The server notices at its next write and aborts the request in the engine.
+  while (backend_->num_aborted() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (loop_->num_live() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(backend_->num_live(), 0);
+  EXPECT_NE(
+      metrics_.RenderPrometheus().find("dsv41_request_success_total{finished_reason=\"abort\"} 1"),
+      std::string::npos);
+}
+
+TEST_F(ServerTest, HeldStreamGetsHeartbeatsAndAbortsWhenTheClientLeaves) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  backend_->set_hold(true);  // no output at all: only heartbeats reach the client
+  std::string received;
+  Result<HttpResponse> r =
+      client_->PostStreaming("/v1/messages", WithMembers(kMessagesBody, R"("stream": true)"), {},
+                             [&](std::string_view piece) {
+                               received += piece;
+                               return received.find("event: ping") == std::string::npos;
+                             });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(received.find("event: ping"), std::string::npos);
+  while (backend_->num_aborted() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(backend_->num_live(), 0);
+}
+
+TEST_F(ServerTest, ShutdownAbortsStreamsInFlightAndRefusesNewRequests) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  backend_->set_hold(true);
+  std::thread holder([&] {
+    const ChatStream s =
+        CollectChat(PostSse("/v1/chat/completions", WithMembers(kChatBody, R"("stream": true)")));
+    EXPECT_EQ(s.finish_reason, "abort");
+    EXPECT_TRUE(s.done);
+  });
+  while (loop_->num_live() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  server_->SetShuttingDown();
+  EXPECT_EQ(Get("/health").status, 503);
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 503);
+  loop_->Shutdown(std::chrono::milliseconds(0));
+  holder.join();
+  EXPECT_EQ(backend_->num_aborted(), 1);
+}
+
+TEST_F(ServerTest, AFailedEngineStepFailsItsRequestsWith500AndTheServerGoesOn) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  backend_->FailNextStep();
+  const HttpResponse failed = Post("/v1/chat/completions", kChatBody);
+  EXPECT_EQ(failed.status, 500);
+  EXPECT_NE(JsonText(Parse(failed.body), "error.message").find("scripted step failure"),
+            std::string::npos)
+      << failed.body;
+  backend_->FailNextStep();
+  const MessagesStream s =
+      CollectMessages(PostSse("/v1/messages", WithMembers(kMessagesBody, R"("stream": true)")));
+  ASSERT_FALSE(s.event_names.empty());
+  EXPECT_EQ(s.event_names.back(), "error");
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
+  EXPECT_EQ(metrics_.num_errors(RequestErrorType::kInternal), 2u);
+  EXPECT_EQ(loop_->num_live(), 0);
+}
+
+TEST_F(ServerTest, HealthShowsLoadProgressUntilReady) {
+  Start(ScriptedBackend::ByteTokens("ok"), {}, 8, /*ready=*/false);
+  server_->SetLoadProgress(
+      Progress{.stage = "mapping shards", .done = 3, .total = 7, .unit = "shards"});
+  const HttpResponse loading = Get("/health");
+  EXPECT_EQ(loading.status, 503);
+  const JsonValue h = Parse(loading.body);
+  EXPECT_EQ(JsonText(h, "status"), "loading");
+  EXPECT_EQ(JsonText(h, "stage"), "mapping shards");
+  EXPECT_EQ(JsonText(h, "done"), "3");
+  EXPECT_EQ(JsonText(h, "total"), "7");
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 503);
+  server_->SetReady(served_, *loop_);
+  EXPECT_EQ(Get("/health").status, 200);
+  EXPECT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
+}
+
+TEST_F(ServerTest, ModelsTokenizeAndDetokenize) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  const JsonValue models = Parse(Get("/v1/models").body);
+  EXPECT_EQ(JsonText(models, "object"), "list");
+  EXPECT_EQ(JsonText(models, "data.0.id"), "tiny");
+  EXPECT_EQ(JsonText(models, "data.1.id"), "tiny-alias");
+  EXPECT_EQ(JsonText(models, "data.0.max_model_len"), "4096");
+  // Either served name reaches the model.
+  EXPECT_EQ(Post("/v1/chat/completions",
+                 R"({"model": "tiny-alias", "messages": [{"role": "user", "content": "x"}]})")
+                .status,
+            200);
+  Result<std::vector<int32_t>> ids = tokenizer_->Encode("hello world");
+  ASSERT_TRUE(ids.ok());
+  const JsonValue t =
+      Parse(Post("/tokenize", R"({"prompt": "hello world", "add_special_tokens": false})").body);
+  EXPECT_EQ(JsonText(t, "count"), std::to_string(ids->size()));
+  ASSERT_NE(JsonAt(t, "tokens"), nullptr);
+  std::string tokens_json = "[";
+  for (size_t i = 0; i < ids->size(); ++i)
+    tokens_json += (i ? ", " : "") + std::to_string((*ids)[i]);
+  tokens_json += "]";
+  EXPECT_EQ(FormatJson(*JsonAt(t, "tokens")), tokens_json);
+  const JsonValue d = Parse(Post("/detokenize", "{\"tokens\": " + tokens_json + "}").body);
+  EXPECT_EQ(JsonText(d, "prompt"), "hello world");
+  // With BOS (the default) one more token; chat messages go through the template.
+  EXPECT_EQ(JsonText(Parse(Post("/tokenize", R"({"prompt": "hello world"})").body), "count"),
+            std::to_string(ids->size() + 1));
+  const JsonValue chat = Parse(Post("/tokenize", kChatBody).body);
+  EXPECT_GT(std::atoi(JsonText(chat, "count").c_str()), 5);
+  EXPECT_EQ(Post("/detokenize", R"({"tokens": [-1]})").status, 400);
+}
+
+TEST_F(ServerTest, MetricsCountRequestsTokensAndLatencies) {
+  Start(ScriptedBackend::ByteTokens("abc"));
+  ASSERT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
+  ASSERT_EQ(Post("/v1/chat/completions", R"({"messages": "bad"})").status, 400);
+  const HttpResponse m = Get("/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_NE(m.content_type.find("text/plain"), std::string::npos);
+  for (const char* line : {
+           "dsv41_kv_blocks_total 64\n",
+           "dsv41_kv_blocks_used 0\n",
+           "dsv41_kv_blocks_cached 0\n",
+           "dsv41_generation_tokens_total 3\n",
+           "dsv41_request_success_total{finished_reason=\"stop\"} 1\n",
+           "dsv41_request_errors_total{type=\"invalid_request\"} 1\n",
+           "dsv41_time_to_first_token_seconds_count 1\n",
+           "dsv41_inter_token_latency_seconds_count 2\n",
+           "dsv41_e2e_request_latency_seconds_count 1\n",
+           "# TYPE dsv41_step_time_seconds histogram\n",
+           "# TYPE dsv41_num_requests_running gauge\n",
+           "# TYPE dsv41_prefix_cache_hit_tokens_total counter\n",
+       }) {
+    EXPECT_NE(m.body.find(line), std::string::npos) << line << "\n" << m.body;
+  }
+}
+
+// Connections that complete their handshake against a listener that never accepts: the accept
+// queue's length bounds them.
+int ConnectsQueuedWithoutAccept(int listen_fd, int attempts) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::vector<pollfd> clients;
+  for (int i = 0; i < attempts; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    clients.push_back({fd, POLLOUT, 0});
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  int connected = 0;
+  for (pollfd& c : clients) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    int error = 0;
+    socklen_t error_len = sizeof(error);
+    if (poll(&c, 1, std::max<int>(0, left.count())) == 1 &&
+        getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &error, &error_len) == 0 && error == 0) {
+      ++connected;
+    }
+    close(c.fd);
+  }
+  return connected;
+}
+
+int LoopbackListener(int backlog) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(listen(fd, backlog), 0);
+  return fd;
+}
+
+TEST(ListenBacklogTest, WideningTheBacklogQueuesABurstOfConnections) {
+  constexpr int kBurst = 32;
+  const int narrow = LoopbackListener(2);
+  EXPECT_LT(ConnectsQueuedWithoutAccept(narrow, kBurst), kBurst);  // the burst overflows
+  close(narrow);
+  const int widened = LoopbackListener(2);
+  ASSERT_TRUE(SetListenBacklog(widened, 128).ok());
+  EXPECT_EQ(ConnectsQueuedWithoutAccept(widened, kBurst), kBurst);
+  close(widened);
+  EXPECT_FALSE(SetListenBacklog(-1, 128).ok());
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -1,0 +1,186 @@
+// The official client libraries against `dsv41 serve` on the tiny model (started by
+// run_sdk_test.sh): npm `openai` and `@anthropic-ai/sdk`, pinned there. Expected values are the
+// APIs' documented shapes and the non-streaming response itself (streamed deltas must add up to
+// it at temperature 0).
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const OpenAI = require('openai');
+const Anthropic = require('@anthropic-ai/sdk');
+
+const baseURL = process.env.DSV41_BASE_URL;
+const apiKey = process.env.DSV41_API_KEY;
+const model = 'tiny';
+const openai = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey, maxRetries: 0 });
+const anthropic = new Anthropic({ baseURL, apiKey, maxRetries: 0 });
+const messages = [{ role: 'user', content: 'Say something about the sea.' }];
+
+test('models.list names the served model and its context', async () => {
+  const page = await openai.models.list();
+  const ids = page.data.map((m) => m.id);
+  assert.deepEqual(ids, ['tiny']);
+  assert.equal(page.data[0].object, 'model');
+  assert.equal(page.data[0].max_model_len, 1024);
+});
+
+test('chat completion: streamed deltas concatenate to the non-streamed message', async () => {
+  const request = { model, messages, temperature: 0, max_tokens: 12 };
+  const full = await openai.chat.completions.create(request);
+  assert.equal(full.object, 'chat.completion');
+  const message = full.choices[0].message;
+  assert.equal(message.role, 'assistant');
+  assert.equal(typeof message.reasoning_content, 'string');  // thinking mode by default
+  assert.ok(['stop', 'length'].includes(full.choices[0].finish_reason));
+  const u = full.usage;
+  assert.ok(u.prompt_tokens > 5);
+  assert.ok(u.completion_tokens >= 1 && u.completion_tokens <= 12);
+  assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+  assert.equal(typeof u.prompt_tokens_details.cached_tokens, 'number');
+  assert.equal(typeof u.completion_tokens_details.reasoning_tokens, 'number');
+  assert.ok(u.completion_tokens_details.reasoning_tokens <= u.completion_tokens);
+
+  const stream = await openai.chat.completions.create({
+    ...request, stream: true, stream_options: { include_usage: true },
+  });
+  let content = '';
+  let reasoning = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    ++chunks;
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    if (chunk.usage) usage = chunk.usage;
+    if (chunk.choices.length === 0) continue;
+    const delta = chunk.choices[0].delta;
+    if (delta.content) content += delta.content;
+    if (delta.reasoning_content) reasoning += delta.reasoning_content;
+    if (chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
+  }
+  assert.ok(chunks >= 3);
+  assert.equal(content, message.content ?? '');
+  assert.equal(reasoning, message.reasoning_content);
+  assert.equal(finish, full.choices[0].finish_reason);
+  assert.equal(usage.prompt_tokens, u.prompt_tokens);
+  assert.equal(usage.completion_tokens, u.completion_tokens);
+  assert.equal(usage.completion_tokens_details.reasoning_tokens,
+               u.completion_tokens_details.reasoning_tokens);
+});
+
+test('chat completion in chat mode puts the text in content', async () => {
+  const full = await openai.chat.completions.create({
+    model, messages, temperature: 0, max_tokens: 8, chat_template_kwargs: { thinking: false },
+  });
+  assert.equal(full.choices[0].message.reasoning_content, null);
+  assert.equal(full.usage.completion_tokens_details.reasoning_tokens, 0);
+});
+
+test('completions with token-id prompts and return_token_ids', async () => {
+  const prompt = [10, 20, 30, 40, 50];
+  const out = await openai.completions.create({
+    model, prompt, max_tokens: 6, temperature: 0, ignore_eos: true, return_token_ids: true,
+  });
+  assert.equal(out.object, 'text_completion');
+  const choice = out.choices[0];
+  assert.deepEqual(choice.prompt_token_ids, prompt);
+  assert.equal(choice.token_ids.length, 6);
+  assert.equal(choice.finish_reason, 'length');
+  assert.equal(out.usage.prompt_tokens, 5);
+  assert.equal(out.usage.completion_tokens, 6);
+  assert.equal(out.usage.total_tokens, 11);
+  // Streaming: the same ids and text, piece by piece.
+  const stream = await openai.completions.create({
+    model, prompt, max_tokens: 6, temperature: 0, ignore_eos: true, return_token_ids: true,
+    stream: true,
+  });
+  let text = '';
+  const ids = [];
+  let promptIds = null;
+  for await (const chunk of stream) {
+    const c = chunk.choices[0];
+    text += c.text;
+    if (c.token_ids) ids.push(...c.token_ids);
+    if (c.prompt_token_ids) promptIds = c.prompt_token_ids;
+  }
+  assert.equal(text, choice.text);
+  assert.deepEqual(ids, choice.token_ids);
+  assert.deepEqual(promptIds, prompt);
+});
+
+test('anthropic messages: the stream accumulates to the non-streamed message', async () => {
+  const request = { model, max_tokens: 12, temperature: 0, messages, system: 'Be brief.' };
+  const full = await anthropic.messages.create(request);
+  assert.equal(full.type, 'message');
+  assert.equal(full.role, 'assistant');
+  assert.ok(full.id.startsWith('msg_'));
+  assert.equal(full.content[0].type, 'thinking');
+  assert.ok(['end_turn', 'max_tokens'].includes(full.stop_reason));
+  assert.ok(full.usage.input_tokens > 0);
+  assert.ok(full.usage.output_tokens >= 1 && full.usage.output_tokens <= 12);
+
+  const stream = anthropic.messages.stream(request);
+  const events = [];
+  stream.on('streamEvent', (e) => events.push(e.type));
+  const streamed = await stream.finalMessage();
+  assert.equal(events[0], 'message_start');
+  assert.equal(events[events.length - 1], 'message_stop');
+  assert.deepEqual(streamed.content.map((b) => b.type), full.content.map((b) => b.type));
+  for (let i = 0; i < full.content.length; ++i) {
+    assert.equal(streamed.content[i].thinking, full.content[i].thinking);
+    assert.equal(streamed.content[i].text, full.content[i].text);
+  }
+  assert.equal(streamed.stop_reason, full.stop_reason);
+  assert.equal(streamed.usage.output_tokens, full.usage.output_tokens);
+});
+
+test('errors surface as the SDKs typed errors: 400, 401, 404', async () => {
+  await assert.rejects(
+    openai.chat.completions.create({ model, messages: [{ role: 'wizard', content: 'x' }] }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 &&
+           /messages\[0\]\.role/.test(e.message));
+  await assert.rejects(
+    openai.chat.completions.create({ model, messages, n: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && /\bn\b/.test(e.message));
+  const wrongKey = new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: 'wrong', maxRetries: 0 });
+  await assert.rejects(wrongKey.models.list(),
+                       (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+  await assert.rejects(
+    openai.chat.completions.create({ model: 'no-such-model', messages }),
+    (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+  await assert.rejects(
+    anthropic.messages.create({ model, max_tokens: 5, messages: [{ role: 'system', content: 'x' }] }),
+    (e) => e instanceof Anthropic.BadRequestError && e.status === 400 &&
+           e.error.type === 'error' && e.error.error.type === 'invalid_request_error');
+  const wrongAnthropic = new Anthropic({ baseURL, apiKey: 'wrong', maxRetries: 0 });
+  await assert.rejects(wrongAnthropic.messages.create({ model, max_tokens: 5, messages }),
+                       (e) => e instanceof Anthropic.AuthenticationError && e.status === 401);
+  await assert.rejects(anthropic.messages.create({ model: 'nope', max_tokens: 5, messages }),
+                       (e) => e instanceof Anthropic.NotFoundError && e.status === 404);
+});
+
+test('a full server answers 429 (OpenAI) and 529 (Anthropic) at once', async () => {
+  // The server runs with --max-num-seqs 2 --max-queue 0: two long streams fill it.
+  const long = { model, messages, max_tokens: 900, ignore_eos: true, stream: true };
+  const streams = [await openai.chat.completions.create(long),
+                   await openai.chat.completions.create(long)];
+  const iterators = streams.map((s) => s[Symbol.asyncIterator]());
+  for (const it of iterators) await it.next();  // both are running
+  await assert.rejects(openai.chat.completions.create({ model, messages, max_tokens: 2 }),
+                       (e) => e instanceof OpenAI.RateLimitError && e.status === 429);
+  await assert.rejects(anthropic.messages.create({ model, max_tokens: 2, messages }),
+                       (e) => e instanceof Anthropic.APIError && e.status === 529 &&
+                              e.error.error.type === 'overloaded_error');
+  // Hanging up aborts both; the server frees them and serves again.
+  for (const s of streams) s.controller.abort();
+  let served = false;
+  for (let i = 0; i < 200 && !served; ++i) {
+    try {
+      await openai.chat.completions.create({ model, messages, max_tokens: 2 });
+      served = true;
+    } catch (e) {
+      if (!(e instanceof OpenAI.RateLimitError)) throw e;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  assert.ok(served);
+});
