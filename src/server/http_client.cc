@@ -13,9 +13,6 @@ struct HttpClient::Impl {
 
 HttpClient::HttpClient(const std::string& host, int port, std::chrono::seconds timeout)
     : impl_(std::make_unique<Impl>(host, port)) {
-  // One connection per client, reused (as the official SDKs do): a burst of new connections
-  // would overflow cpp-httplib's listen backlog of 5.
-  impl_->client.set_keep_alive(true);
   impl_->client.set_connection_timeout(timeout);
   impl_->client.set_read_timeout(timeout);
   impl_->client.set_write_timeout(timeout);
@@ -42,8 +39,6 @@ Result<HttpResponse> Send(httplib::Client& client, httplib::Request& req) {
   }
   HttpResponse out;
   if (!ok && error == httplib::Error::Canceled && res.status > 0) {
-    // A client that hangs up closes its connection; the next request opens a new one.
-    client.stop();
     out.cancelled = true;
   } else if (!ok) {
     return IoError("%s %s: %s", req.method.c_str(), req.path.c_str(),
