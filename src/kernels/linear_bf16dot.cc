@@ -389,9 +389,6 @@ DSV41_BF16DOT_INLINE __m512 Step(__m512 acc, const __m512i* w, const uint16_t* x
   return _mm512_fmadd_ps(partial, scale.s, acc);
 }
 
-// How far ahead of the superblock being decoded the weight rows are prefetched (bytes).
-inline constexpr int64_t kPrefetchBytes = 1024;
-
 // ---- register tile: output rows o0..o0+kO × input rows r0..r0+kR, all of K ---------------------
 template <int kO, int kR, class Dec>
 DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_t r0) {
@@ -413,8 +410,7 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
       if constexpr (!Dec::kScalePerRow) shared = dec.Scale(o0, sb);
       DSV41_UNROLL
       for (int o = 0; o < kO; ++o) {
-        _mm_prefetch(reinterpret_cast<const char*>(dec.Row(o0 + o) + sb * 64 + kPrefetchBytes),
-                     _MM_HINT_T0);
+        PrefetchWeights(dec.Row(o0 + o) + sb * 64 + kPrefetchBytes);
         const SbScale scale = Dec::kScalePerRow ? dec.Scale(o0 + o, sb) : shared;
         Decoded<kZ> d;
         dec.Decode(o0 + o, sb, scale, d);

@@ -328,6 +328,10 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
     for (int64_t kb = kb0; kb < kb_end; ++kb) {
       const uint8_t* p[kO];
       BlockPointers<kO>(dec, a, o0, kb, p, tails);
+      DSV41_UNROLL
+      for (int o = 0; o < kO; ++o) {
+        linear_internal::PrefetchWeights(p[o] + linear_internal::kPrefetchBytes);
+      }
       float f1[kO], f2[kO];
       const bool big = dec.template Scales<kO>(o0, kb, f1, f2);
       const float* xb = x0 + kb * kBlock;
