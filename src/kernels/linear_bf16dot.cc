@@ -546,6 +546,7 @@ DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0
     bool any_scaled = false;
     for (int o = 0; o < kO; ++o) {
       for (int64_t i = 0; i < nsb; ++i) {
+        PrefetchWeights(dec.Row(o0 + o) + (sb0 + i) * 64 + kPrefetchBytes);
         const SbScale scale = dec.Scale(o0 + o, sb0 + i);
         Decoded<kZ> d;
         dec.Decode(o0 + o, sb0 + i, scale, d);

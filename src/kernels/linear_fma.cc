@@ -404,6 +404,7 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const Args& a, int64_t o0, int64
     const bool big = dec.template Scales<kO>(o0, kb, f1, f2);
     DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
+      linear_internal::PrefetchWeights(p[o] + linear_internal::kPrefetchBytes);
       float* dst = wbuf + o * kChunk + (kb - kb0) * kBlock;
       for (size_t g = 0; g < groups; ++g) {
         VF v0, v1;
