@@ -37,16 +37,18 @@ function(dsv41_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# dsv41_test(NAME SOURCES ... DEPS ...): a GoogleTest binary registered with CTest.
+# dsv41_test(NAME SOURCES ... DEPS ... [LABEL label]): a GoogleTest binary registered with CTest.
 function(dsv41_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "LABEL" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   dsv41_target_defaults(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_compile_definitions(${name} PRIVATE DSV41_SHARED_DIR="${DSV41_SHARED_DIR}"
                                              DSV41_SOURCE_ROOT="${CMAKE_SOURCE_DIR}")
+  # LABEL: a ctest label of every test of the binary (ctest -L / -LE select by it).
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-                       PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}")
+                       PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                  LABELS "${ARG_LABEL}")
 endfunction()
 
 # dsv41_benchmark(NAME SOURCES ... DEPS ...): a Google Benchmark program (not a test).

@@ -7,12 +7,17 @@
 namespace dsv41 {
 
 Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir,
-                                              const TextModelOptions& options) {
+                                              const TextModelOptions& options, bool with_dspark) {
   LoadedTextModel m;
   DSV41_ASSIGN_OR_RETURN(ModelWeights weights,
-                         ModelWeights::Load(dir, LoadOptions{.include_dspark = false}));
+                         ModelWeights::Load(dir, LoadOptions{.include_dspark = with_dspark}));
   m.weights = std::make_unique<ModelWeights>(std::move(weights));
   DSV41_ASSIGN_OR_RETURN(m.model, TextModel::Load(*m.weights, options));
+  if (with_dspark) {
+    DSV41_ASSIGN_OR_RETURN(
+        m.dspark,
+        DsparkModel::Load(*m.weights, DsparkOptions{.reference_linear = options.reference_linear}));
+  }
   DSV41_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(dir + "/tokenizer.json"));
   m.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
   if (!m.weights->config().engram_layer_ids.empty()) {

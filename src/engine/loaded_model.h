@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "engram/hash_constants.h"
 #include "engram/token_map.h"
+#include "model/dspark.h"
 #include "model/forward.h"
 #include "model/weights.h"
 #include "text/tokenizer.h"
@@ -19,13 +20,16 @@ namespace dsv41 {
 struct LoadedTextModel {
   std::unique_ptr<ModelWeights> weights;
   std::unique_ptr<TextModel> model;
+  std::unique_ptr<DsparkModel> dspark;  // the draft network; null unless loaded with it
   std::unique_ptr<Tokenizer> tokenizer;
   EngramTokenMap token_map;
   EngramHashConstants engram;
 
-  // Loads the checkpoint directory `dir` (config.json, safetensors, tokenizer.json). Errors name
-  // the file, tensor or field.
-  static Result<LoadedTextModel> Load(const std::string& dir, const TextModelOptions& options = {});
+  // Loads the checkpoint directory `dir` (config.json, safetensors, tokenizer.json); with_dspark
+  // also checks and loads the DSpark stages (`mtp.*`, needed by --speculative dspark and `dsv41
+  // draft`). Errors name the file, tensor or field.
+  static Result<LoadedTextModel> Load(const std::string& dir, const TextModelOptions& options = {},
+                                      bool with_dspark = false);
 
   const ModelConfig& config() const { return weights->config(); }
   // The end-of-sentence id: the tokenizer's "<｜end▁of▁sentence｜>", else the config's.
