@@ -37,18 +37,26 @@ function(dsv41_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# dsv41_test(NAME SOURCES ... DEPS ... [LABEL label]): a GoogleTest binary registered with CTest.
+# dsv41_test(NAME SOURCES ... DEPS ... [LABEL label] [WHOLE]): a GoogleTest binary registered
+# with CTest, one CTest test per GoogleTest test; WHOLE registers the binary as one CTest test
+# instead (named NAME), so that a heavy fixture it loads once serves all its tests.
 function(dsv41_test name)
-  cmake_parse_arguments(ARG "" "LABEL" "SOURCES;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "WHOLE" "LABEL" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   dsv41_target_defaults(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_compile_definitions(${name} PRIVATE DSV41_SHARED_DIR="${DSV41_SHARED_DIR}"
                                              DSV41_SOURCE_ROOT="${CMAKE_SOURCE_DIR}")
   # LABEL: a ctest label of every test of the binary (ctest -L / -LE select by it).
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-                       PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
-                                  LABELS "${ARG_LABEL}")
+  if(ARG_WHOLE)
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                            LABELS "${ARG_LABEL}")
+  else()
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                         PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                    LABELS "${ARG_LABEL}")
+  endif()
 endfunction()
 
 # dsv41_benchmark(NAME SOURCES ... DEPS ...): a Google Benchmark program (not a test).
