@@ -20,6 +20,7 @@
 #include "base/json.h"
 #include "base/npy.h"
 #include "engine/draft_dump.h"
+#include "engine/engine.h"
 #include "engine/loaded_model.h"
 #include "golden_cases.h"
 
@@ -107,6 +108,67 @@ TEST_P(DsparkGoldenTest, DraftIdsLogitsAndConfidenceMatch) {
       GetParam().model, GetParam().prompt, num_steps, steps, max_logit_err, num_rows, max_conf_err,
       num_ids_equal, num_ids);
   EXPECT_GT(num_steps, 0) << "no noise-stable step to compare";
+}
+
+// The drafts the engine proposes with --speculative dspark (paged G_DRAFT windows seeded by the
+// engine's forwards, a prefill in chunks of 7, the smallest block size, verify steps that reject)
+// are the goldens' at every step where the engine drafts after the same main position: after
+// consuming position T + k it drafts dspark_ids[k]. Compared as above (stable steps, the draft's
+// own stable prefix).
+TEST_P(DsparkGoldenTest, EngineDraftsAreTheGoldens) {
+  const std::string model_dir = kGoldens + "/checkpoints/" + GetParam().model;
+  const std::string case_dir = kGoldens + "/cases/" + GetParam().model + "/" + GetParam().prompt;
+  Result<LoadedTextModel> m = LoadedTextModel::Load(model_dir, {}, /*with_dspark=*/true);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<int32_t> prompt;
+  for (int64_t id : ReadInts(case_dir + "/input_ids.npy"))
+    prompt.push_back(static_cast<int32_t>(id));
+  const NpyArray want_ids = ReadGolden(case_dir + "/dspark_ids.npy");
+  const std::vector<int64_t> ids = want_ids.ToInt64();
+  const std::vector<float> logits = ReadFloats(case_dir + "/dspark_logits.npy");
+  const int32_t steps = static_cast<int32_t>(want_ids.shape[0]);
+  const int32_t block = static_cast<int32_t>(want_ids.shape[1]) - 1;
+  const int32_t vocab = m->config().vocab_size;
+  Result<Json> diagnostics = ReadJsonFile(case_dir + "/diagnostics.json");
+  ASSERT_TRUE(diagnostics.ok()) << diagnostics.status().ToString();
+  const int32_t stable_prefix = (*diagnostics)["greedy_stable_prefix_gemm32"].get<int32_t>();
+
+  OwnedExecContext exec(2);
+  EngineOptions options;
+  options.block_tokens = SmallestBlockTokens(m->config());
+  options.num_blocks = 4096;
+  options.max_num_batched_tokens = 7;
+  options.speculative.method = SpeculativeMethod::kDspark;
+  options.speculative.num_speculative_tokens = block;
+  options.speculative.min_acceptance = 0.0;
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, options, exec.pool);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = steps + 2;
+  params.ignore_eos = true;
+  Result<uint64_t> id = (*engine)->AddRequest(prompt, params);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const int64_t num_prompt = static_cast<int64_t>(prompt.size());
+  int32_t compared = 0;
+  while ((*engine)->HasUnfinished()) {
+    ASSERT_TRUE((*engine)->Step().ok());
+    Result<RequestState> state = (*engine)->InspectRequest(*id);
+    if (!state.ok() || state->draft_tokens.empty()) continue;
+    const int64_t k = state->num_computed - 1 - num_prompt;  // consumed position T + k
+    if (k < 0 || k >= steps || k + 2 > stable_prefix) continue;
+    SCOPED_TRACE("step " + std::to_string(k));
+    const int64_t* want_row = ids.data() + k * (block + 1);
+    ASSERT_EQ(state->token_ids.back(), want_row[0]) << "t1";
+    for (size_t i = 0; i < state->draft_tokens.size(); ++i) {
+      EXPECT_EQ(state->draft_tokens[i], want_row[1 + i]) << "draft token " << i + 1;
+      if (TopMargin(logits.data() + (k * block + i) * vocab, vocab) <= 2e-3f) break;
+    }
+    ++compared;
+  }
+  std::printf("[ %s/%s ] engine drafts compared at %d steps\n", GetParam().model, GetParam().prompt,
+              compared);
+  EXPECT_GT(compared, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCases, DsparkGoldenTest, ::testing::ValuesIn(AllGoldenCases()),

@@ -196,6 +196,8 @@ std::string ModelName(const ::testing::TestParamInfo<const char*>& info) {
 #define DSV41_MODELS(...) ::testing::Values("tiny", "golden-tiny-b")
 #endif
 
+// Greedy with speculation is greedy without, token and logprob, for both drafters, every K on the
+// tiny presets, with and without confidence-scheduled verification.
 TEST_P(SpeculativeGreedyTest, GreedyWithSpeculationEqualsGreedyWithout) {
   const LoadedTextModel& m = M();
   std::vector<std::vector<int32_t>> prompts;
@@ -222,6 +224,25 @@ TEST_P(SpeculativeGreedyTest, GreedyWithSpeculationEqualsGreedyWithout) {
         EXPECT_GT(stats.num_draft_forwards, 0u);
       }
       EXPECT_LE(stats.num_accepted_tokens, stats.num_draft_tokens);
+      if (method != SpeculativeMethod::kDspark || k != 5) continue;
+      // Confidence-scheduled verification checks a prefix of the drafts only: the same tokens,
+      // the same draft forwards, fewer drafts verified (none at a threshold no sigmoid reaches).
+      for (const double threshold : {0.5, 1.0}) {
+        SCOPED_TRACE("confidence threshold " + std::to_string(threshold));
+        EngineOptions options = Options(method, k);
+        options.speculative.confidence_threshold = threshold;
+        EngineStats scheduled;
+        const std::vector<Generated> got =
+            RunEngine(m, options, prompts, params, {0, 0, 1, 2}, &scheduled);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          EXPECT_EQ(got[i].tokens, plain[i].tokens) << "request " << i;
+        }
+        EXPECT_LE(scheduled.num_draft_tokens, stats.num_draft_tokens);
+        EXPECT_GT(scheduled.num_draft_forwards, 0u);
+        if (threshold == 1.0) {
+          EXPECT_EQ(scheduled.num_draft_tokens, 0u);
+        }
+      }
     }
   }
 }

@@ -318,7 +318,7 @@ Status Engine::ProposeDrafts(const std::vector<Request*>& ready) {
                                   .last_pos = static_cast<int32_t>(r->num_computed - 1),
                                   .block_tables = r->blocks.tables});
   }
-  DraftResult drafted;
+  DraftResult& drafted = drafted_;
   DSV41_RETURN_IF_ERROR(
       model_.dspark->Draft(inputs, storage_->view(), /*want_logits=*/false, drafted, ctx_));
   ++stats_.num_draft_forwards;

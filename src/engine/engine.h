@@ -180,6 +180,7 @@ class Engine {
   bool seeds_drafts_ = false;       // DSpark on: the main forward records main_hidden
   std::vector<float> main_hidden_;  // [rows, MainHiddenWidth()], reused every step
   std::vector<float> logits_;       // [logit rows, vocab], reused every step
+  DraftResult drafted_;             // the last DSpark draft, reused every step
 };
 
 }  // namespace dsv41

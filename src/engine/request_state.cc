@@ -10,6 +10,7 @@ RequestState ReadRequestState(const KvCacheView& cache, const CachePlan& plan,
   const std::span<const int32_t> ids = request.history.token_ids();
   state.token_ids.assign(ids.begin(), ids.end());
   state.num_computed = request.num_computed;
+  state.draft_tokens = request.draft_tokens;
   const int64_t n = request.num_computed;
   const KvCacheLayout& layout = *cache.layout;
   const std::vector<std::vector<uint32_t>>& tables = request.blocks.tables;

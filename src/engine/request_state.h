@@ -18,8 +18,9 @@
 namespace dsv41 {
 
 struct RequestState {
-  std::vector<int32_t> token_ids;  // the committed history
-  int64_t num_computed = 0;        // positions whose rows are written
+  std::vector<int32_t> token_ids;     // the committed history
+  int64_t num_computed = 0;           // positions whose rows are written
+  std::vector<int32_t> draft_tokens;  // the drafts the next step will verify
   // (what, bytes) of every live row, in a fixed order: "swa L<layer> p<pos>" and "draft S<stage>
   // p<pos>" for the window positions max(0, n − W) .. n − 1 (n = num_computed; the next step and
   // the next draft read them), "kv L<source> e<entry>" and "index L<source> e<entry>" for every

@@ -86,10 +86,10 @@ Status DsparkModel::CheckWindowBlocks(const KvCacheView& cache,
     return InvalidArgumentError("DSpark: %zu block tables, the cache has %d groups", tables.size(),
                                 layout.num_groups);
   }
+  if (first_pos > last_pos) return Status();
   for (const KvRowPlace& place : layout.draft) {
     const std::span<const uint32_t> table = tables[place.group_idx];
     for (int64_t b = first_pos / place.rows_per_page; b <= last_pos / place.rows_per_page; ++b) {
-      if (first_pos > last_pos) break;
       const uint32_t id = BlockAt(table, b);
       if (id >= cache.num_blocks) {
         return InvalidArgumentError("DSpark: draft group %d has no block %lld (id %u of %u)",
@@ -162,8 +162,9 @@ Status DsparkModel::Draft(std::span<const DraftRequest> requests, const KvCacheV
   ThreadPool* pool = &ctx.pool;
 
   // §11.4 step 1: [t1, N, …] at positions last_pos + 1 .., embedded into every stream.
-  std::vector<int32_t> ids(rows, config_.dspark_noise_token_id);
-  std::vector<BatchRequest> blocks(num_requests);
+  std::span<int32_t> ids = arena.Alloc<int32_t>(rows);
+  std::fill(ids.begin(), ids.end(), config_.dspark_noise_token_id);
+  std::span<BatchRequest> blocks = arena.Alloc<BatchRequest>(num_requests);
   for (int64_t i = 0; i < num_requests; ++i) {
     ids[i * block] = requests[i].token;
     blocks[i] = BatchRequest{.first_row = static_cast<int32_t>(i * block),
@@ -210,7 +211,7 @@ Status DsparkModel::Draft(std::span<const DraftRequest> requests, const KvCacheV
   std::span<float> e = arena.Alloc<float>(num_requests * rank);
   std::span<float> bias = arena.Alloc<float>(num_requests * vocab);
   std::span<float> conf_in = arena.Alloc<float>(rows * (dim + rank));
-  std::vector<int32_t> prev(num_requests);
+  std::span<int32_t> prev = arena.Alloc<int32_t>(num_requests);
   for (int64_t r = 0; r < num_requests; ++r) prev[r] = requests[r].token;
   for (int64_t i = 0; i < block; ++i) {
     for (int64_t r = 0; r < num_requests; ++r) {
