@@ -26,9 +26,9 @@
 namespace dsv41 {
 namespace {
 
-constexpr double kAlpha = 1e-3;     // fixed before looking at the data
-constexpr int32_t kSamples = 1000;  // per group
+constexpr double kAlpha = 1e-3;  // fixed before looking at the data
 constexpr int32_t kMinBinCount = 10;
+constexpr int32_t kSamples = 700;  // per group
 
 // Q(a, x) = Γ(a, x) / Γ(a), the regularised upper incomplete gamma function: a series for
 // x < a + 1, Lentz's continued fraction otherwise.
@@ -205,6 +205,11 @@ LoadedTextModel* SpeculativeSamplingExactnessTest::model_ = nullptr;
 ThreadPool* SpeculativeSamplingExactnessTest::pool_ = nullptr;
 
 TEST_F(SpeculativeSamplingExactnessTest, VerifiedTokensFollowThePlainDistribution) {
+#ifndef NDEBUG
+  // 3 × 700 requests take many minutes in the sanitizer builds (~100x slower here); the verify
+  // path they run is the one speculative_engine_test runs there.
+  GTEST_SKIP() << "release builds only";
+#endif
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> id(3, model_->config().vocab_size - 1);
   std::vector<int32_t> prompt(13);
