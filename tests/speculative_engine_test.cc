@@ -494,8 +494,8 @@ INSTANTIATE_TEST_SUITE_P(Models, SpeculativeMixedTest, DSV41_MODELS("tiny", "gol
                          ModelName);
 
 // The guard (serving.md §7.3) stops a drafter that is always wrong from drafting on most steps:
-// an initial pause, a probe, then pauses that double; a drafter that is always right drafts on
-// every step after the initial pause.
+// an initial pause, a one-draft probe, then pauses that double; a drafter that is always right
+// drafts on every step after the initial pause and its probe.
 TEST(SpeculativeGuardTest, PausesADrafterThatNeverHits) {
   const LoadedTextModel& m = Model("golden-tiny-b");
   const std::vector<int32_t> prompt = RandomPrompt(m, 80, 6);
@@ -513,6 +513,9 @@ TEST(SpeculativeGuardTest, PausesADrafterThatNeverHits) {
     EXPECT_EQ(got[0].tokens, plain[0].tokens);
     if (right) {
       EXPECT_EQ(stats.num_guard_pauses, 0u);
+      // The probe checks one draft, every later verify four.
+      ASSERT_EQ(stats.drafts_at_position.size(), 4u);
+      EXPECT_EQ(stats.drafts_at_position[1], stats.num_verifies - 1);
       EXPECT_GT(stats.num_verifies, kFullMatrix ? 5u : 1u);
       EXPECT_EQ(stats.num_accepted_tokens, stats.num_draft_tokens);
     } else {
@@ -520,6 +523,7 @@ TEST(SpeculativeGuardTest, PausesADrafterThatNeverHits) {
       // and 64 steps put the next probes at steps 66 and 131 (past the end).
       EXPECT_EQ(stats.num_guard_pauses, kFullMatrix ? 2u : 1u);
       EXPECT_EQ(stats.num_verifies, kFullMatrix ? 2u : 1u);
+      EXPECT_EQ(stats.num_draft_tokens, stats.num_verifies) << "probes of one draft";
     }
   }
 }

@@ -295,9 +295,11 @@ Status Engine::ProposeDrafts(const std::vector<Request*>& ready) {
   for (Request* r : ready) {
     // A verify of m drafts emits up to m + 1 tokens; none may pass the request's limit.
     const int64_t room = r->max_total_tokens - r->num_tokens() - 1;
-    const int32_t budget =
+    const int32_t room_drafts =
         static_cast<int32_t>(std::min<int64_t>(spec.num_speculative_tokens, room));
-    if (budget < 1 || !r->guard.NextStepDrafts()) continue;
+    if (room_drafts < 1) continue;
+    const int32_t budget = r->guard.DraftsNextStep(room_drafts);
+    if (budget < 1) continue;
     if (spec.custom_drafter) {
       proposal.clear();
       spec.custom_drafter(r->history.token_ids(), budget, proposal);

@@ -105,10 +105,12 @@ DraftGuard::DraftGuard(const Options& options)
   probing_ = true;  // the first verify decides, whether it comes at once or after the pause
 }
 
-bool DraftGuard::NextStepDrafts() {
-  if (pause_left_ == 0) return true;
-  if (--pause_left_ == 0) probing_ = true;
-  return false;
+int32_t DraftGuard::DraftsNextStep(int32_t max_drafts) {
+  if (pause_left_ > 0) {
+    if (--pause_left_ == 0) probing_ = true;
+    return 0;
+  }
+  return probing_ ? std::min(max_drafts, 1) : max_drafts;
 }
 
 void DraftGuard::Pause() {

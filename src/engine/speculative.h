@@ -109,13 +109,14 @@ std::vector<int32_t> ProposeNgram(std::span<const int32_t> token_ids, int32_t mi
 
 // Per-request acceptance guard (serving.md §7.3). Off when min_acceptance <= 0. A request starts
 // with drafting paused for initial_pause_steps decode steps, so that short requests pay nothing
-// for a drafter that does not hit; then one verify step probes: below min_acceptance (accepted /
-// proposed drafts), drafting pauses again. While drafting, the guard keeps the verify results of
-// the last `window_tokens` drafts; once that many are in and their rate is below
-// min_acceptance, drafting pauses. A pause lasts a number of decode steps, after which one verify
-// step probes again: a failing probe doubles the pause (from min_pause_steps up to
-// max_pause_steps), a passing one resets it and drafting resumes. A drafter that never hits thus
-// costs one verify step after the initial pause and one per doubling pause. Engine thread only.
+// for a drafter that does not hit; then a probe: one verify step of a single draft (the cheapest
+// verify; the first draft is the likeliest to be accepted) — rejected, drafting pauses again.
+// While drafting, the guard keeps the verify results of the last `window_tokens` drafts; once
+// that many are in and their acceptance rate (accepted / proposed) is below min_acceptance,
+// drafting pauses. A pause lasts a number of decode steps and ends in a probe: a failing probe
+// doubles the pause (from min_pause_steps up to max_pause_steps), a passing one resets it and
+// drafting resumes with every draft. A drafter that never hits thus costs one single-draft verify
+// step after the initial pause and one per doubling pause. Engine thread only.
 class DraftGuard {
  public:
   struct Options {
@@ -127,8 +128,9 @@ class DraftGuard {
   };
   explicit DraftGuard(const Options& options);
 
-  // Asked once per decode step that could draft: false while paused (counting the pause down).
-  bool NextStepDrafts();
+  // Asked once per decode step that could draft, with the drafts it could verify: how many to
+  // propose — 0 while paused (counting the pause down), 1 for a probe, else max_drafts.
+  int32_t DraftsNextStep(int32_t max_drafts);
   // The result of one verify step: `proposed` drafts checked, `accepted` of them accepted.
   void OnVerify(int32_t proposed, int32_t accepted);
 

@@ -92,7 +92,7 @@ TEST(SpeculativeTest, ContinuationDrafterProposesTheKnownTokensOnly) {
 TEST(SpeculativeTest, GuardOffNeverPauses) {
   DraftGuard guard(DraftGuard::Options{.min_acceptance = 0.0});
   for (int i = 0; i < 100; ++i) {
-    EXPECT_TRUE(guard.NextStepDrafts());
+    EXPECT_EQ(guard.DraftsNextStep(5), 5);
     guard.OnVerify(5, 0);
   }
   EXPECT_EQ(guard.num_pauses(), 0u);
@@ -104,40 +104,45 @@ TEST(SpeculativeTest, GuardPausesAfterAFailingProbeAndDoublesThePause) {
                                        .initial_pause_steps = 3,
                                        .min_pause_steps = 4,
                                        .max_pause_steps = 16});
-  // Drafting starts after 3 steps; the first verify is a probe: 1 of 5 is below 0.5 → paused
-  // for 4 steps.
-  for (int i = 0; i < 3; ++i) EXPECT_FALSE(guard.NextStepDrafts()) << i;
-  ASSERT_TRUE(guard.NextStepDrafts());
-  guard.OnVerify(5, 1);
+  // The steps a pause skips before the next probe.
+  auto skipped_steps = [&] {
+    int skipped = 0;
+    while (guard.DraftsNextStep(5) == 0) ++skipped;
+    return skipped;
+  };
+  // Drafting starts after 3 steps with a probe of one draft; rejected, the pause is 4 steps.
+  EXPECT_EQ(skipped_steps(), 3);
+  guard.OnVerify(1, 0);
   EXPECT_TRUE(guard.paused());
-  int skipped = 0;
-  while (!guard.NextStepDrafts()) ++skipped;
-  EXPECT_EQ(skipped, 4);
-  // The probe after the pause fails again: 8 steps, then 16, then 16 (the cap).
+  EXPECT_EQ(skipped_steps(), 4);
+  EXPECT_EQ(guard.DraftsNextStep(5), 1) << "still probing: one draft";
+  // The probes keep failing: 8 steps, then 16, then 16 (the cap).
   for (int want : {8, 16, 16}) {
-    guard.OnVerify(5, 0);
-    skipped = 0;
-    while (!guard.NextStepDrafts()) ++skipped;
-    EXPECT_EQ(skipped, want);
+    guard.OnVerify(1, 0);
+    EXPECT_EQ(skipped_steps(), want);
   }
   EXPECT_EQ(guard.num_pauses(), 4u);
-  // A passing probe resumes drafting and resets the pause; the window then decides.
+  // A passing probe resumes drafting with every draft and resets the pause; the window then
+  // decides.
+  guard.OnVerify(1, 1);
+  EXPECT_FALSE(guard.paused());
+  EXPECT_EQ(guard.DraftsNextStep(5), 5);
   guard.OnVerify(5, 4);
+  guard.OnVerify(5, 3);  // the last 10: 7, above
   EXPECT_FALSE(guard.paused());
-  guard.OnVerify(5, 3);  // 7 of 10: above
-  EXPECT_FALSE(guard.paused());
-  guard.OnVerify(5, 0);  // the last 10: 3 of 10, below
+  guard.OnVerify(5, 0);  // the last 10: 3, below
   EXPECT_TRUE(guard.paused());
-  skipped = 0;
-  while (!guard.NextStepDrafts()) ++skipped;
-  EXPECT_EQ(skipped, 4);
+  EXPECT_EQ(skipped_steps(), 4);
+  EXPECT_EQ(guard.DraftsNextStep(3), 1);
 }
 
 TEST(SpeculativeTest, GuardKeepsDraftingAboveTheThreshold) {
   DraftGuard guard(
       DraftGuard::Options{.min_acceptance = 0.5, .window_tokens = 10, .initial_pause_steps = 0});
+  ASSERT_EQ(guard.DraftsNextStep(5), 1);  // the probe
+  guard.OnVerify(1, 1);
   for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(guard.NextStepDrafts()) << "step " << i;
+    ASSERT_EQ(guard.DraftsNextStep(5), 5) << "step " << i;
     guard.OnVerify(5, i % 2 == 0 ? 5 : 1);  // 6 of 10 over any two steps
   }
   EXPECT_EQ(guard.num_pauses(), 0u);
