@@ -427,7 +427,7 @@ int64_t FixedBlocksPerRequest(const CachePlan& plan, int32_t step_tokens) {
 }
 
 int32_t DecodeStepTokens(const CachePlan& plan) {
-  return plan.options.dspark ? 1 + plan.options.num_speculative_tokens : 1;
+  return 1 + plan.options.num_speculative_tokens;
 }
 
 PoolSizing SizePool(const CachePlan& plan, uint64_t kv_cache_bytes, const ModelConfig& config) {
