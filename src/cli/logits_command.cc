@@ -79,8 +79,7 @@ int RunLogits(const LogitsFlags& flags) {
     std::fprintf(stderr, "dsv41 logits: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  Result<LoadedTextModel> m =
-      LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
+  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
   if (!m.ok()) {
     std::fprintf(stderr, "dsv41 logits: %s\n", m.status().ToString().c_str());
     return 1;

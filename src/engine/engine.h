@@ -36,7 +36,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;  // 0: max_position_embeddings
   bool enable_prefix_caching = true;
   Numerics numerics = Numerics::kFast;  // --numerics: how weight products accumulate
-  SpeculativeOptions speculative;  // --speculative and its knobs (default off)
+  SpeculativeOptions speculative;       // --speculative and its knobs (default off)
 };
 
 // What Engine::Create resolved (printed at start-up).

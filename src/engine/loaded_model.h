@@ -44,9 +44,9 @@ struct LoadedTextModel {
     uint64_t available_bytes = 0;  // MemAvailable before
     bool done = false;             // false: they did not fit in 3/4 of the available memory
   };
-  // Makes the text model's (and the loaded DSpark stages') mapped weights resident when they fit in 3/4 of the available memory
-  // (every page touched, in parallel over `pool`), so no decode step waits on a page fault. The
-  // Engram tables stay with their storage tier.
+  // Makes the text model's (and the loaded DSpark stages') mapped weights resident when they fit in
+  // 3/4 of the available memory (every page touched, in parallel over `pool`), so no decode step
+  // waits on a page fault. The Engram tables stay with their storage tier.
   Prefault PrefaultWeights(ThreadPool& pool) const;
 };
 
