@@ -163,6 +163,10 @@ TEST(TextCliTest, DraftWritesTheGoldensArrays) {
       RunCommand(kDsv41Binary + " draft --model " + kModel + " --ids 1 --steps 0 --out-dir " + dir)
           .exit_code,
       2);
+  EXPECT_EQ(RunCommand(kDsv41Binary + " draft --model " + kModel +
+                       " --ids 1 --numerics bogus --out-dir " + dir + " 2>/dev/null")
+                .exit_code,
+            2);
 }
 
 TEST(TextCliTest, BadUsageExitsTwo) {

@@ -14,6 +14,7 @@
 #include "base/exec_context.h"
 #include "base/npy.h"
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "cli/int_list.h"
 #include "engine/draft_dump.h"
 #include "engine/loaded_model.h"
@@ -27,13 +28,17 @@ struct DraftFlags {
   int32_t steps = 15;
   std::string out_dir;
   int threads = 1;
+  std::string numerics = "fast";
 };
 
 int RunDraft(const DraftFlags& flags) {
   Result<std::vector<int32_t>> ids = ParseIntList(flags.ids, "--ids", 0, INT32_MAX);
-  if (!ids.ok() || flags.steps < 1 || flags.threads < 1) {
+  Result<Numerics> numerics = ParseNumerics(flags.numerics);
+  if (!ids.ok() || !numerics.ok() || flags.steps < 1 || flags.threads < 1) {
     std::fprintf(stderr, "dsv41 draft: %s\n",
-                 ids.ok() ? "want --steps >= 1 and -t >= 1" : ids.status().ToString().c_str());
+                 !ids.ok()        ? ids.status().ToString().c_str()
+                 : !numerics.ok() ? numerics.status().ToString().c_str()
+                                  : "want --steps >= 1 and -t >= 1");
     return 2;
   }
   Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, /*with_dspark=*/true);
@@ -41,7 +46,7 @@ int RunDraft(const DraftFlags& flags) {
     std::fprintf(stderr, "dsv41 draft: %s\n", m.status().ToString().c_str());
     return 1;
   }
-  OwnedExecContext exec(flags.threads);
+  OwnedExecContext exec(flags.threads, *numerics);
   Result<DraftDump> dump = DumpDrafts(*m, *ids, flags.steps, exec.ctx);
   if (!dump.ok()) {
     std::fprintf(stderr, "dsv41 draft: %s\n", dump.status().ToString().c_str());
@@ -79,6 +84,10 @@ std::function<int()> SetupDraft(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--out-dir", flags->out_dir, "where the three .npy files go")->required();
   sub.add_option("-t,--threads", flags->threads, "compute threads")->capture_default_str();
+  sub.add_option("--numerics", flags->numerics,
+                 "weight products: fast, reference (exact accumulation: the goldens' bits), fma or "
+                 "bf16-dot")
+      ->capture_default_str();
   return [flags] { return RunDraft(*flags); };
 }
 

@@ -50,6 +50,10 @@ bool NeedsDspark(const EngineFlags& flags);
 // The options the flags ask for; InvalidArgument naming the flag otherwise.
 Result<EngineOptions> ToEngineOptions(const EngineFlags& flags);
 
+// --numerics NAME: fast, reference, fma or bf16-dot (InvalidArgument naming the flag otherwise, and
+// for bf16-dot on a CPU without AVX512-BF16).
+Result<Numerics> ParseNumerics(const std::string& name);
+
 // Threads for the compute pool: the flag, or every core when it is 0.
 int ComputeThreads(const EngineFlags& flags);
 
