@@ -38,19 +38,26 @@ function(dsv41_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# dsv41_test(NAME SOURCES ... DEPS ... [LABELS ...]): a GoogleTest binary registered with CTest,
-# its tests carrying the CTest LABELS (`slow`: left out of the sanitizer job, scripts/test.sh
-# --sanitize; `server`: ctest -L server).
+# dsv41_test(NAME SOURCES ... DEPS ... [LABELS ...] [WHOLE]): a GoogleTest binary registered
+# with CTest, one CTest test per GoogleTest test, each carrying the CTest LABELS (`server`,
+# `dspark`: ctest -L / -LE select by them); WHOLE registers the binary as one CTest test instead
+# (named NAME), so that a heavy fixture it loads once serves all its tests.
 function(dsv41_test name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "WHOLE" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   dsv41_target_defaults(${name})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
   target_compile_definitions(${name} PRIVATE DSV41_SHARED_DIR="${DSV41_SHARED_DIR}"
                                              DSV41_SOURCE_ROOT="${CMAKE_SOURCE_DIR}")
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-                       PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
-                                  LABELS "${ARG_LABELS}")
+  if(ARG_WHOLE)
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                            LABELS "${ARG_LABELS}")
+  else()
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                         PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                    LABELS "${ARG_LABELS}")
+  endif()
 endfunction()
 
 # dsv41_benchmark(NAME SOURCES ... DEPS ...): a Google Benchmark program (not a test).

@@ -1,6 +1,8 @@
 // A steady-state decode forward allocates nothing (issue 9): every global operator new is counted
 // while TextModel::Forward runs decode steps after a warm-up (the step arena has grown to its
-// high-water mark), on the tiny preset — every layer mode, the indexer and Engram included.
+// high-water mark), on the tiny preset — every layer mode, the indexer and Engram included. The
+// same holds for a DSpark decode step (issue 10): the forward recording main_hidden, the seeding
+// of the draft windows and the draft of the next block.
 
 #include <gtest/gtest.h>
 
@@ -17,6 +19,8 @@
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
 #include "model/batch.h"
+#include "model/cache_plan.h"
+#include "model/dspark.h"
 #include "model/forward.h"
 #include "model/kv_layout.h"
 #include "tiny/tiny_checkpoint.h"
@@ -103,6 +107,73 @@ TEST(DecodeAllocationTest, SteadyStateDecodeForwardsAllocateNothing) {
   for (int step = 0; step < 8; ++step) run(static_cast<int32_t>(ids.size()) - 1, 1, false);
   for (int step = 0; step < 16; ++step) run(static_cast<int32_t>(ids.size()) - 1, 1, true);
   EXPECT_EQ(allocations, 0) << "heap allocations in 16 decode forwards";
+}
+
+TEST(DecodeAllocationTest, SteadyStateDsparkDecodeStepsAllocateNothing) {
+  const std::string dir = testing::TempDir() + "/decode_alloc_tiny_dspark";
+  std::filesystem::remove_all(dir);
+  Result<TinySpec> spec = TinyPreset("tiny");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(WriteTinyCheckpoint(*spec, dir).ok());
+  Result<LoadedTextModel> m = LoadedTextModel::Load(dir, {}, /*with_dspark=*/true);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const TextModel& model = *m->model;
+  const DsparkModel& dspark = *m->dspark;
+  CachePlanOptions plan_options;
+  plan_options.block_tokens = 128;
+  plan_options.dspark = true;
+  plan_options.num_speculative_tokens = dspark.block_size();
+  Result<CachePlan> plan = PlanCache(model.config(), model.plan(), plan_options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::vector<std::vector<uint32_t>> tables = ContiguousBlockTables(*plan, 1);
+  KvCacheStorage storage(*plan, model.config(), static_cast<uint32_t>(plan->groups.size()));
+  OwnedExecContext exec(2);
+
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 24; ++i) ids.push_back(5 + (i * 37) % 400);
+  std::vector<int32_t> classes;
+  Batch batch;
+  std::vector<float> logits(static_cast<size_t>(model.vocab_size()));
+  std::vector<float> main_hidden;
+  DraftResult draft;
+  int64_t allocations = 0;
+  // Positions `start` onwards in one forward with their main_hidden, the windows seeded, a draft.
+  const auto run = [&](int32_t start, int32_t n, bool count) {
+    classes.resize(ids.size());
+    ASSERT_TRUE(MapTokensToEngramClasses(m->token_map, ids, classes).ok());
+    batch.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
+    batch.requests.assign(
+        1,
+        BatchRequest{.first_row = 0, .num_tokens = n, .start_pos = start, .block_tables = tables});
+    batch.logit_rows.assign(1, n - 1);
+    batch.main_hidden_rows.resize(n);
+    for (int32_t r = 0; r < n; ++r) batch.main_hidden_rows[r] = r;
+    batch.engram_rows.resize(static_cast<size_t>(n) * m->engram.num_layers() *
+                             m->engram.num_cols());
+    ComputeEngramRows(m->engram, classes, {}, start, n, batch.engram_rows);
+    main_hidden.resize(static_cast<size_t>(n) * model.MainHiddenWidth());
+    g_allocations = 0;
+    g_counting = count;
+    Status s = model.Forward(batch, storage.view(), logits, exec.ctx, nullptr, main_hidden);
+    if (s.ok()) s = dspark.SeedWindows(main_hidden, batch.requests, storage.view(), exec.ctx);
+    int32_t best = 0;
+    for (int32_t v = 1; v < model.vocab_size(); ++v) best = logits[v] > logits[best] ? v : best;
+    const DraftRequest request{
+        .token = best, .last_pos = start + n - 1, .block_tables = batch.requests[0].block_tables};
+    if (s.ok()) {
+      s = dspark.Draft(std::span(&request, 1), storage.view(), /*want_logits=*/false, draft,
+                       exec.ctx);
+    }
+    g_counting = false;
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    exec.arena.Reset();
+    allocations += count ? g_allocations.load() : 0;
+    ids.push_back(best);
+  };
+  run(0, static_cast<int32_t>(ids.size()), false);
+  for (int step = 0; step < 8; ++step) run(static_cast<int32_t>(ids.size()) - 1, 1, false);
+  for (int step = 0; step < 16; ++step) run(static_cast<int32_t>(ids.size()) - 1, 1, true);
+  EXPECT_EQ(allocations, 0) << "heap allocations in 16 DSpark decode steps";
 }
 
 }  // namespace

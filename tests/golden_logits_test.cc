@@ -27,6 +27,7 @@
 #include "engram/hash_constants.h"
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
+#include "golden_cases.h"
 #include "kernels/linear.h"
 #include "model/forward.h"
 #include "model/kv_layout.h"
@@ -34,31 +35,6 @@
 
 namespace dsv41 {
 namespace {
-
-const std::string kGoldens = std::string(DSV41_SHARED_DIR) + "/goldens/model";
-
-struct GoldenCase {
-  const char* model;
-  const char* prompt;
-};
-
-std::string CaseName(const ::testing::TestParamInfo<GoldenCase>& info) {
-  std::string name = std::string(info.param.model) + "_" + info.param.prompt;
-  std::replace(name.begin(), name.end(), '-', '_');
-  return name;
-}
-
-std::vector<float> ReadFloats(const std::string& path) {
-  Result<NpyArray> a = ReadNpy(path);
-  EXPECT_TRUE(a.ok()) << a.status().ToString();
-  return a.ok() ? a->ToFloat() : std::vector<float>();
-}
-
-std::vector<int64_t> ReadInts(const std::string& path) {
-  Result<NpyArray> a = ReadNpy(path);
-  EXPECT_TRUE(a.ok()) << a.status().ToString();
-  return a.ok() ? a->ToInt64() : std::vector<int64_t>();
-}
 
 // One request fed through the model, with its Engram history (class ids by absolute position).
 class Session {
@@ -276,14 +252,8 @@ TEST_P(GoldenLogitsTest, EnginePagedLogitsEqualContiguous) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllCases, GoldenLogitsTest,
-    ::testing::Values(GoldenCase{"tiny-a", "chat5"}, GoldenCase{"tiny-a", "mix40"},
-                      GoldenCase{"tiny-a", "long120"}, GoldenCase{"tiny-b", "chat5"},
-                      GoldenCase{"tiny-b", "mix40"}, GoldenCase{"tiny-b", "long120"},
-                      GoldenCase{"tiny-c", "chat5"}, GoldenCase{"tiny-c", "mix40"},
-                      GoldenCase{"tiny-c", "long120"}),
-    CaseName);
+INSTANTIATE_TEST_SUITE_P(AllCases, GoldenLogitsTest, ::testing::ValuesIn(AllGoldenCases()),
+                         GoldenCaseName);
 
 }  // namespace
 }  // namespace dsv41

@@ -170,6 +170,42 @@ TEST_F(ServeE2eTest, SameSeedGivesTheSameTokensAloneAndInsideABusyBatch) {
   EXPECT_EQ(JsonText(busy, "choices.0.text"), JsonText(alone, "choices.0.text"));
 }
 
+// `dsv41 serve --speculative` changes the speed, never the tokens: greedy (dspark and ngram) and
+// seeded sampling (dspark) give the plain server's token ids, and /metrics counts the verified and
+// accepted drafts.
+TEST_F(ServeE2eTest, SpeculativeServingKeepsTheTokensAndCountsTheDrafts) {
+  const std::vector<std::string> probes = {
+      R"({"model": "tiny", "prompt": "abc abc abc abc", "max_tokens": 10, "temperature": 0,
+          "ignore_eos": true, "return_token_ids": true})",
+      R"({"model": "tiny", "prompt": "Once upon a time", "max_tokens": 10, "temperature": 0.9,
+          "top_k": 40, "seed": 7, "ignore_eos": true, "return_token_ids": true})"};
+  const auto run = [&](std::vector<std::string> args, size_t num_probes) {
+    Serve(std::move(args));
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < num_probes; ++i) {
+      ids.push_back(
+          FormatJson(*JsonAt(PostOk("/v1/completions", probes[i]), "choices.0.token_ids")));
+    }
+    return ids;
+  };
+  const std::vector<std::string> plain = run({}, probes.size());
+  const std::vector<std::string> dspark =
+      run({"--speculative", "dspark", "--num-speculative-tokens", "3",
+           "--speculative-min-acceptance", "0"},
+          probes.size());
+  EXPECT_EQ(dspark, plain);
+  const std::string m = IdleMetrics();
+  EXPECT_GT(Metric(m, "dsv41_spec_decode_num_drafts_total"), 0) << m;
+  const double drafts = Metric(m, "dsv41_spec_decode_num_draft_tokens_total");
+  EXPECT_GE(drafts, Metric(m, "dsv41_spec_decode_num_drafts_total"));
+  EXPECT_LE(drafts, Metric(m, "dsv41_spec_decode_num_drafts_total") * 3) << "at most K = 3 each";
+  EXPECT_GE(Metric(m, "dsv41_spec_decode_num_accepted_tokens_total"), 0);
+  EXPECT_NE(m.find("dsv41_spec_decode_acceptance_rate_per_pos{position=\"2\"}"), std::string::npos);
+  const std::vector<std::string> ngram =
+      run({"--speculative", "ngram", "--speculative-min-acceptance", "0"}, 1);
+  EXPECT_EQ(ngram.front(), plain.front());
+}
+
 // One soak client's request, chosen by its number.
 struct SoakOutcome {
   std::atomic<int> completed{0};

@@ -1,6 +1,7 @@
-// `dsv41 logits` and `dsv41 run` end to end on a golden checkpoint (tiny-c, whose logits the fast
-// Linear path reproduces): chunked prefill logits written as .npy match the golden logits, the
-// top-k JSON lines name the golden argmax, generation runs, and bad usage exits 2.
+// `dsv41 logits`, `dsv41 run` and `dsv41 draft` end to end on a golden checkpoint (tiny-c, whose
+// logits the fast Linear path reproduces): chunked prefill logits written as .npy match the golden
+// logits, the top-k JSON lines name the golden argmax, generation runs (with speculation to the
+// same text), the draft dump matches the goldens' DSpark arrays, and bad usage exits 2.
 
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/json.h"
@@ -108,12 +110,78 @@ TEST(TextCliTest, StartUpReportsPrefaultAndNumerics) {
   EXPECT_EQ(RunCommand(base + " --numerics reference >/dev/null 2>&1").exit_code, 0);
 }
 
+// Speculative decoding changes the speed, never the text: greedy (dspark and ngram) and seeded
+// sampling (dspark) give the same output as without.
+TEST(TextCliTest, RunWithSpeculationGivesTheSameText) {
+  const std::string dspark =
+      " --speculative dspark --num-speculative-tokens 3 --speculative-min-acceptance 0";
+  const std::string ngram = " --speculative ngram --speculative-min-acceptance 0";
+  for (const auto& [sampling, specs] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"", {dspark, ngram}}, {" --temperature 0.9 --top-k 40 --seed 5", {dspark}}}) {
+    const std::string base =
+        kDsv41Binary + " run --model " + kModel + " -p 'Hello there, hello there' -n 8" + sampling;
+    const RunResult plain = RunCommand(base);
+    ASSERT_EQ(plain.exit_code, 0);
+    for (const std::string& spec : specs) {
+      const RunResult got = RunCommand(base + spec);
+      ASSERT_EQ(got.exit_code, 0) << spec;
+      EXPECT_EQ(got.out, plain.out) << spec << sampling;
+    }
+  }
+}
+
+// `dsv41 draft` writes the goldens' three arrays with their shapes and dtypes, and its drafts are
+// the goldens' (tiny-c chat5 is noise-stable at every step: dspark_golden_test holds the rules).
+TEST(TextCliTest, DraftWritesTheGoldensArrays) {
+  const std::string dir = testing::TempDir() + "/text_cli_draft";
+  std::filesystem::remove_all(dir);
+  const RunResult run = RunCommand(kDsv41Binary + " draft --model " + kModel + " --ids " +
+                                   IdsFlag(PromptIds()) + " --steps 15 --out-dir " + dir);
+  ASSERT_EQ(run.exit_code, 0);
+  for (const char* name : {"dspark_ids", "dspark_logits", "dspark_confidence"}) {
+    Result<NpyArray> got = ReadNpy(dir + "/" + name + ".npy");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    Result<NpyArray> want = ReadNpy(kCase + "/" + name + ".npy");
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    EXPECT_EQ(got->descr, want->descr) << name;
+    EXPECT_EQ(got->shape, want->shape) << name;
+    if (std::string(name) == "dspark_ids") {
+      EXPECT_EQ(got->ToInt64(), want->ToInt64());
+      continue;
+    }
+    const std::vector<float> g = got->ToFloat(), w = want->ToFloat();
+    ASSERT_EQ(g.size(), w.size());
+    float max_err = 0;
+    for (size_t i = 0; i < g.size(); ++i) max_err = std::max(max_err, std::fabs(g[i] - w[i]));
+    EXPECT_LE(max_err, 1e-3f) << name;
+  }
+  EXPECT_EQ(RunCommand(kDsv41Binary + " draft --model " + kModel + " --ids 1,x --out-dir " + dir)
+                .exit_code,
+            2);
+  EXPECT_EQ(
+      RunCommand(kDsv41Binary + " draft --model " + kModel + " --ids 1 --steps 0 --out-dir " + dir)
+          .exit_code,
+      2);
+  EXPECT_EQ(RunCommand(kDsv41Binary + " draft --model " + kModel +
+                       " --ids 1 --numerics bogus --out-dir " + dir + " 2>/dev/null")
+                .exit_code,
+            2);
+}
+
 TEST(TextCliTest, BadUsageExitsTwo) {
   EXPECT_EQ(RunCommand(kDsv41Binary + " logits --model " + kModel + " --top-k 2").exit_code, 2);
   EXPECT_EQ(
       RunCommand(kDsv41Binary + " logits --model " + kModel + " --ids 1,x --top-k 2").exit_code, 2);
   EXPECT_EQ(RunCommand(kDsv41Binary + " run --model " + kModel + " -p hi --top-p 2").exit_code, 2);
   EXPECT_EQ(RunCommand(kDsv41Binary + " run --model /nonexistent -p hi").exit_code, 1);
+  EXPECT_EQ(
+      RunCommand(kDsv41Binary + " run --model " + kModel + " -p hi --speculative eagle").exit_code,
+      2);
+  EXPECT_EQ(RunCommand(kDsv41Binary + " run --model " + kModel +
+                       " -p hi --speculative dspark --num-speculative-tokens 6")
+                .exit_code,
+            2);
 }
 
 }  // namespace

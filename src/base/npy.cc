@@ -153,8 +153,12 @@ Result<NpyArray> ReadNpy(const std::string& path) {
   return ParseNpy(file.bytes(), path);
 }
 
-std::string SerializeNpyFloat32(std::span<const float> values, std::span<const int64_t> shape) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+namespace {
+
+// A format 1.0, C-order array of dtype `descr` whose little-endian element bytes are `data`.
+std::string SerializeNpy(const char* descr, const void* data, size_t num_bytes,
+                         std::span<const int64_t> shape) {
+  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i > 0) header += ", ";
     header += std::to_string(shape[i]);
@@ -170,13 +174,28 @@ std::string SerializeNpyFloat32(std::span<const float> values, std::span<const i
   out += static_cast<char>(header.size() & 0xFF);
   out += static_cast<char>(header.size() >> 8);
   out += header;
-  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  out.append(static_cast<const char*>(data), num_bytes);
   return out;
+}
+
+}  // namespace
+
+std::string SerializeNpyFloat32(std::span<const float> values, std::span<const int64_t> shape) {
+  return SerializeNpy("<f4", values.data(), values.size() * sizeof(float), shape);
+}
+
+std::string SerializeNpyInt64(std::span<const int64_t> values, std::span<const int64_t> shape) {
+  return SerializeNpy("<i8", values.data(), values.size() * sizeof(int64_t), shape);
 }
 
 Status WriteNpyFloat32(const std::string& path, std::span<const float> values,
                        std::span<const int64_t> shape) {
   return WriteStringToFile(path, SerializeNpyFloat32(values, shape));
+}
+
+Status WriteNpyInt64(const std::string& path, std::span<const int64_t> values,
+                     std::span<const int64_t> shape) {
+  return WriteStringToFile(path, SerializeNpyInt64(values, shape));
 }
 
 }  // namespace dsv41

@@ -29,9 +29,12 @@ struct NpyArray {
 Result<NpyArray> ParseNpy(std::span<const std::byte> bytes, std::string_view what);
 Result<NpyArray> ReadNpy(const std::string& path);
 
-// Serialises a float32 array of `shape` (format 1.0, C order).
+// Serialises a float32 / int64 array of `shape` (format 1.0, C order, little-endian).
 std::string SerializeNpyFloat32(std::span<const float> values, std::span<const int64_t> shape);
+std::string SerializeNpyInt64(std::span<const int64_t> values, std::span<const int64_t> shape);
 Status WriteNpyFloat32(const std::string& path, std::span<const float> values,
                        std::span<const int64_t> shape);
+Status WriteNpyInt64(const std::string& path, std::span<const int64_t> values,
+                     std::span<const int64_t> shape);
 
 }  // namespace dsv41

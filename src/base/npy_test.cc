@@ -33,6 +33,18 @@ TEST(NpyTest, WriteThenReadRoundTrips) {
   }
 }
 
+TEST(NpyTest, Int64WriteThenReadRoundTrips) {
+  const std::vector<int64_t> values = {462, -1, 0, int64_t{1} << 40, 376, 128799};
+  const std::vector<int64_t> shape = {2, 3};
+  const std::string bytes = SerializeNpyInt64(values, shape);
+  EXPECT_EQ((bytes.size() - values.size() * 8) % 64, 0u) << "header padded to 64";
+  Result<NpyArray> back = ParseNpy(std::as_bytes(std::span(bytes.data(), bytes.size())), "mem");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->descr, "<i8");
+  EXPECT_EQ(back->shape, shape);
+  EXPECT_EQ(back->ToInt64(), values);
+}
+
 TEST(NpyTest, WritesNumpysShapeSpelling) {
   const std::vector<float> v = {1, 2, 3};
   const std::vector<int64_t> one_dim = {3};

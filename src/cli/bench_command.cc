@@ -5,7 +5,10 @@
 // measured on the spot (STYLE.md §12): the weight bytes the decode steps read (as the forward
 // counts them: every product's matrix once per step, so only the experts actually routed to,
 // plus embedding, Engram and mHC rows) per second over the read bandwidth, and the prefill's
-// weight-GEMM flops per second over the faster of the fp32 FMA and bf16 dot-product peaks.
+// weight-GEMM flops per second over the faster of the fp32 FMA and bf16 dot-product peaks. With
+// --speculative it also runs each repetition with speculative decoding (interleaved with the plain
+// one, same prompts) and reports its decode tokens/s, the speed-up, the draft acceptance rate (per
+// position too), the mean accepted length and a verify step's time over a plain decode step's.
 // Medians over repetitions; figures on stdout (text, or one JSON object per level with --json).
 
 #include <CLI/CLI.hpp>
@@ -13,7 +16,6 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "base/machine_limits.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/int_list.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
 
@@ -34,6 +37,7 @@ struct BenchFlags {
   int32_t repetitions = 5;
   std::string concurrency = "1";
   bool json = false;
+  bool oracle = false;  // also measure the verify path with drafts that are always right
   EngineFlags engine;
 };
 
@@ -52,51 +56,72 @@ struct LevelTimes {
   double prefill_flops_per_s = 0;   // 2 × weight-product MACs until the last first token / time
   double decode_weight_bytes_per_s = 0;  // weight bytes read after the last first token / time
   double decode_weight_bytes_per_token = 0;
+  // Durations of the steps after every request's first token: those without a verify (plain
+  // decode steps) and those with one (draft forward included).
+  std::vector<double> plain_step_s;
+  std::vector<double> verify_step_s;
+  EngineStats stats;
+  std::vector<std::vector<int32_t>> outputs;  // per stream, in stream order
 };
 
 // A synthetic prompt for stream `stream`: ids spread over the vocabulary, different per stream so
-// nothing is shared through the prefix cache (the speed does not depend on the ids).
-std::vector<int32_t> SyntheticPrompt(int32_t stream, int32_t tokens, int32_t vocab_size) {
+// nothing is shared through the prefix cache (the speed does not depend on the ids). Repetitive:
+// a 16-token phrase over and over, which the n-gram drafter can look up.
+std::vector<int32_t> SyntheticPrompt(int32_t stream, int32_t tokens, int32_t vocab_size,
+                                     bool repetitive) {
   std::vector<int32_t> prompt(tokens);
   for (int32_t i = 0; i < tokens; ++i) {
-    prompt[i] =
-        static_cast<int32_t>((int64_t{i} * 7919 + 1000 + int64_t{stream} * 104729) % vocab_size);
+    const int64_t at = repetitive ? i % 16 : i;
+    prompt[i] = static_cast<int32_t>((at * 7919 + 1000 + int64_t{stream} * 104729) % vocab_size);
   }
   return prompt;
 }
 
 Result<LevelTimes> RunLevel(const LoadedTextModel& m, const EngineOptions& options,
-                            ThreadPool& pool, const BenchFlags& flags, int32_t streams) {
+                            ThreadPool& pool, const BenchFlags& flags,
+                            const std::vector<std::vector<int32_t>>& prompts) {
   using Clock = std::chrono::steady_clock;
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(m, options, pool));
   SamplingParams params;
   params.temperature = 0.0f;
   params.max_tokens = flags.decode_tokens + 1;  // the first token ends the prefill
   params.ignore_eos = true;
+  const int32_t streams = static_cast<int32_t>(prompts.size());
   const Clock::time_point start = Clock::now();
   std::map<uint64_t, std::vector<double>> token_times;  // per request, seconds from the start
   // Engine counters when the last request got its first token (the end of the prefill).
   EngineStats at_last_first;
-  int32_t num_started = 0;
+  std::map<uint64_t, std::vector<int32_t>> tokens;
   for (int32_t i = 0; i < streams; ++i) {
-    DSV41_ASSIGN_OR_RETURN(
-        uint64_t id,
-        engine->AddRequest(SyntheticPrompt(i, flags.prompt_tokens, m.config().vocab_size), params));
+    DSV41_ASSIGN_OR_RETURN(uint64_t id, engine->AddRequest(prompts[i], params));
     token_times[id];
   }
+  LevelTimes times;
+  int32_t num_started = 0;  // requests with their first token
   while (engine->HasUnfinished()) {
+    const uint64_t verify_steps = engine->stats().num_verify_steps;
+    const Clock::time_point step_start = Clock::now();
     DSV41_ASSIGN_OR_RETURN(std::vector<RequestOutput> outputs, engine->Step());
-    const double now = std::chrono::duration<double>(Clock::now() - start).count();
+    const Clock::time_point step_end = Clock::now();
+    const double now = std::chrono::duration<double>(step_end - start).count();
+    if (num_started == streams) {
+      const double step_s = std::chrono::duration<double>(step_end - step_start).count();
+      (engine->stats().num_verify_steps > verify_steps ? times.verify_step_s : times.plain_step_s)
+          .push_back(step_s);
+    }
     for (const RequestOutput& out : outputs) {
       if (out.finish == FinishReason::kError) return InternalError("%s", out.error.c_str());
-      std::vector<double>& times = token_times[out.request_id];
-      if (times.empty() && !out.new_token_ids.empty()) ++num_started;
-      for (size_t k = 0; k < out.new_token_ids.size(); ++k) times.push_back(now);
+      std::vector<double>& t = token_times[out.request_id];
+      num_started += t.empty() && !out.new_token_ids.empty();
+      t.insert(t.end(), out.new_token_ids.size(), now);
+      tokens[out.request_id].insert(tokens[out.request_id].end(), out.new_token_ids.begin(),
+                                    out.new_token_ids.end());
     }
     if (num_started == streams && at_last_first.num_steps == 0) at_last_first = engine->stats();
   }
   const EngineStats at_end = engine->stats();
-  LevelTimes times;
+  times.stats = at_end;
+  for (const auto& [id, t] : tokens) times.outputs.push_back(t);
   double last_first = 0, end = 0;
   int64_t decoded = 0;
   for (const auto& [id, t] : token_times) {
@@ -119,24 +144,92 @@ Result<LevelTimes> RunLevel(const LoadedTextModel& m, const EngineOptions& optio
   return times;
 }
 
-Result<std::vector<int32_t>> ParseLevels(const std::string& text) {
-  std::vector<int32_t> levels;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > 4096) {
-      return InvalidArgumentError("--concurrency: want a list like 1,8, got '%s'", text.c_str());
+// The speculative runs of one concurrency level, over its repetitions.
+struct SpecFigures {
+  std::vector<double> decode_tps;
+  std::vector<double> verify_step_s;
+  std::vector<double> plain_step_s;
+  uint64_t verifies = 0, drafts = 0, accepted = 0;
+  std::vector<uint64_t> drafts_at, accepted_at;
+
+  void Add(const LevelTimes& t) {
+    decode_tps.push_back(t.decode_tokens_per_s);
+    verify_step_s.insert(verify_step_s.end(), t.verify_step_s.begin(), t.verify_step_s.end());
+    plain_step_s.insert(plain_step_s.end(), t.plain_step_s.begin(), t.plain_step_s.end());
+    verifies += t.stats.num_verifies;
+    drafts += t.stats.num_draft_tokens;
+    accepted += t.stats.num_accepted_tokens;
+    drafts_at.resize(t.stats.drafts_at_position.size());
+    accepted_at.resize(drafts_at.size());
+    for (size_t i = 0; i < drafts_at.size(); ++i) {
+      drafts_at[i] += t.stats.drafts_at_position[i];
+      accepted_at[i] += t.stats.accepted_at_position[i];
     }
-    levels.push_back(static_cast<int32_t>(v));
   }
-  if (levels.empty()) return InvalidArgumentError("--concurrency is empty");
-  return levels;
-}
+  double acceptance_rate() const { return drafts == 0 ? 0.0 : double(accepted) / drafts; }
+  double mean_accepted_length() const {
+    return verifies == 0 ? 0.0 : 1.0 + double(accepted) / verifies;
+  }
+  std::vector<double> rate_at() const {
+    std::vector<double> r;
+    for (size_t i = 0; i < drafts_at.size(); ++i) {
+      r.push_back(drafts_at[i] == 0 ? 0.0 : double(accepted_at[i]) / drafts_at[i]);
+    }
+    return r;
+  }
+  // A verify step's median time over the plain decode step's (of the run without speculation);
+  // 0 when no step verified anything.
+  double verify_step_ratio(double plain_step) const {
+    return verify_step_s.empty() || plain_step <= 0 ? 0.0 : Median(verify_step_s) / plain_step;
+  }
+  // The same for the steps of this run that did not verify (DSpark still seeds its windows).
+  double plain_step_ratio(double plain_step) const {
+    return plain_step_s.empty() || plain_step <= 0 ? 0.0 : Median(plain_step_s) / plain_step;
+  }
+
+  // "spec_decode_tokens_per_s" for the speculative run, "oracle_decode_tokens_per_s" for the
+  // oracle's: the figures both runs share have the run's prefix (none for the speculative one).
+  static std::string Key(const std::string& prefix, const char* name) {
+    return (prefix.empty() ? std::string("spec_") : prefix) + name;
+  }
+
+  void ToJson(const std::string& prefix, double off_decode, double plain_step,
+              OrderedJson& line) const {
+    const double decode = Median(decode_tps);
+    line[Key(prefix, "decode_tokens_per_s")] = decode;
+    line[Key(prefix, "speedup")] = off_decode > 0 ? decode / off_decode : 0.0;
+    line[prefix + "acceptance_rate"] = acceptance_rate();
+    line[prefix + "mean_accepted_length"] = mean_accepted_length();
+    line[prefix + "verify_step_ratio"] = verify_step_ratio(plain_step);
+    line[prefix + "plain_step_ratio"] = plain_step_ratio(plain_step);
+    line[prefix + "verify_steps"] = verify_step_s.size();
+    line[prefix + "acceptance_rate_by_position"] = rate_at();
+  }
+  void Print(const std::string& prefix, double off_decode, double plain_step) const {
+    const double decode = Median(decode_tps);
+    auto row = [&](const char* name, double v, const char* fmt) {
+      std::printf("    %-30s ", (prefix + name).c_str());
+      std::printf(fmt, v);
+      std::printf("\n");
+    };
+    // row() adds the prefix; Key() holds the full names.
+    const size_t skip = prefix.size();
+    row(Key(prefix, "decode_tokens_per_s").substr(skip).c_str(), decode, "%.2f");
+    row(Key(prefix, "speedup").substr(skip).c_str(), off_decode > 0 ? decode / off_decode : 0.0,
+        "%.3f");
+    row("acceptance_rate", acceptance_rate(), "%.3f");
+    row("mean_accepted_length", mean_accepted_length(), "%.3f");
+    row("verify_step_ratio", verify_step_ratio(plain_step), "%.3f");
+    row("plain_step_ratio", plain_step_ratio(plain_step), "%.3f");
+    row("verify_steps", static_cast<double>(verify_step_s.size()), "%.0f");
+    std::printf("    %-30s", (prefix + "acceptance_rate_by_position").c_str());
+    for (double r : rate_at()) std::printf(" %.3f", r);
+    std::printf("\n");
+  }
+};
 
 int RunBench(const BenchFlags& flags) {
-  Result<std::vector<int32_t>> levels = ParseLevels(flags.concurrency);
+  Result<std::vector<int32_t>> levels = ParseIntList(flags.concurrency, "--concurrency", 1, 4096);
   Result<EngineOptions> options = ToEngineOptions(flags.engine);
   if (flags.prompt_tokens < 1 || flags.decode_tokens < 1 || flags.repetitions < 1 || !levels.ok() ||
       !options.ok()) {
@@ -146,7 +239,7 @@ int RunBench(const BenchFlags& flags) {
                  levels.ok() ? "" : ": ", levels.ok() ? "" : levels.status().message().c_str());
     return 2;
   }
-  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir);
+  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
   if (!m.ok()) {
     std::fprintf(stderr, "dsv41 bench: %s\n", m.status().ToString().c_str());
     return 1;
@@ -167,12 +260,23 @@ int RunBench(const BenchFlags& flags) {
     std::printf("  %-32s %.1f\n", "fma_peak_gflops", limits.fma_flops_per_second / 1e9);
     std::printf("  %-32s %.1f\n", "bf16_dot_peak_gflops", limits.bf16_dot_flops_per_second / 1e9);
   }
+  // --speculative X runs every repetition twice, interleaved: off, then X (then, with --oracle,
+  // the verify path with drafts that are always right), on the same prompts.
+  const SpeculativeMethod method = options->speculative.method;
+  EngineOptions off_options = *options;
+  off_options.speculative = SpeculativeOptions{};
   double single_stream_decode = 0;
   for (int32_t streams : *levels) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int32_t i = 0; i < streams; ++i) {
+      prompts.push_back(SyntheticPrompt(i, flags.prompt_tokens, m->config().vocab_size,
+                                        method == SpeculativeMethod::kNgram));
+    }
     std::vector<double> ttft, tpot, prefill_tps, decode_tps, prefill_flops, decode_bps,
-        decode_bytes_per_token;
+        decode_bytes_per_token, plain_steps;
+    SpecFigures spec, oracle;
     for (int32_t r = 0; r < flags.repetitions; ++r) {
-      Result<LevelTimes> times = RunLevel(*m, *options, pool, flags, streams);
+      Result<LevelTimes> times = RunLevel(*m, off_options, pool, flags, prompts);
       if (!times.ok()) {
         std::fprintf(stderr, "dsv41 bench: %s\n", times.status().ToString().c_str());
         return 1;
@@ -184,8 +288,36 @@ int RunBench(const BenchFlags& flags) {
       prefill_flops.push_back(times->prefill_flops_per_s);
       decode_bps.push_back(times->decode_weight_bytes_per_s);
       decode_bytes_per_token.push_back(times->decode_weight_bytes_per_token);
+      plain_steps.insert(plain_steps.end(), times->plain_step_s.begin(), times->plain_step_s.end());
       std::fprintf(stderr, "concurrency %d, repetition %d/%d: decode %.2f tok/s\n", streams, r + 1,
                    flags.repetitions, times->decode_tokens_per_s);
+      if (method != SpeculativeMethod::kOff) {
+        Result<LevelTimes> spec_times = RunLevel(*m, *options, pool, flags, prompts);
+        if (!spec_times.ok()) {
+          std::fprintf(stderr, "dsv41 bench: %s\n", spec_times.status().ToString().c_str());
+          return 1;
+        }
+        spec.Add(*spec_times);
+        std::fprintf(stderr, "  --speculative %s: decode %.2f tok/s, acceptance %.3f\n",
+                     std::string(SpeculativeMethodName(method)).c_str(),
+                     spec_times->decode_tokens_per_s, spec_times->stats.acceptance_rate());
+      }
+      if (flags.oracle) {
+        EngineOptions oracle_options = *options;
+        if (method == SpeculativeMethod::kOff) {
+          oracle_options.speculative.method = SpeculativeMethod::kNgram;
+        }
+        oracle_options.speculative.custom_drafter = ContinuationDrafter(prompts, times->outputs);
+        oracle_options.speculative.min_acceptance = 0.0;  // it always hits: draft every step
+        Result<LevelTimes> oracle_times = RunLevel(*m, oracle_options, pool, flags, prompts);
+        if (!oracle_times.ok()) {
+          std::fprintf(stderr, "dsv41 bench: %s\n", oracle_times.status().ToString().c_str());
+          return 1;
+        }
+        oracle.Add(*oracle_times);
+        std::fprintf(stderr, "  oracle drafts: decode %.2f tok/s\n",
+                     oracle_times->decode_tokens_per_s);
+      }
     }
     const double decode = Median(decode_tps);
     if (streams == 1) single_stream_decode = decode;
@@ -194,6 +326,7 @@ int RunBench(const BenchFlags& flags) {
         limits.read_bytes_per_second > 0 ? weight_read_bps / limits.read_bytes_per_second : 0.0;
     const double gflops = Median(prefill_flops) / 1e9;
     const double roof_ratio = roof > 0 ? Median(prefill_flops) / roof : 0.0;
+    const double plain_step = plain_steps.empty() ? 0.0 : Median(plain_steps);
     if (flags.json) {
       OrderedJson line;
       line["concurrency"] = streams;
@@ -210,6 +343,11 @@ int RunBench(const BenchFlags& flags) {
       line["fma_roof_gflops"] = roof / 1e9;
       line["prefill_roof_ratio"] = roof_ratio;
       if (single_stream_decode > 0) line["decode_vs_one_stream"] = decode / single_stream_decode;
+      if (method != SpeculativeMethod::kOff) {
+        line["speculative"] = std::string(SpeculativeMethodName(method));
+        spec.ToJson("", decode, plain_step, line);
+      }
+      if (flags.oracle) oracle.ToJson("oracle_", decode, plain_step, line);
       std::printf("%s\n", line.dump().c_str());
       continue;
     }
@@ -227,6 +365,12 @@ int RunBench(const BenchFlags& flags) {
     if (single_stream_decode > 0 && streams > 1) {
       std::printf("    %-30s %.2f\n", "decode_vs_one_stream", decode / single_stream_decode);
     }
+    if (method != SpeculativeMethod::kOff) {
+      std::printf("    %-30s %s\n", "speculative",
+                  std::string(SpeculativeMethodName(method)).c_str());
+      spec.Print("", decode, plain_step);
+    }
+    if (flags.oracle) oracle.Print("oracle_", decode, plain_step);
   }
   return 0;
 }
@@ -246,6 +390,9 @@ std::function<int()> SetupBench(CLI::App& sub) {
                  "comma-separated numbers of simultaneous requests, e.g. 1,8")
       ->capture_default_str();
   sub.add_flag("--json", flags->json, "one JSON object per concurrency level on stdout");
+  sub.add_flag("--oracle", flags->oracle,
+               "also run the verify path with drafts that are always right (the plain run's "
+               "tokens; the drafter's own cost excluded)");
   AddEngineFlags(sub, flags->engine);
   return [flags] {
     if (flags->model_dir.empty()) {

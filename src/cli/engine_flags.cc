@@ -40,6 +40,25 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_flag("--no-prefault", flags.no_prefault,
                "leave the weights' pages to fault in on first use instead of reading them all at "
                "start-up (they are read ahead only when they fit in memory)");
+  app.add_option("--speculative", flags.speculative,
+                 "speculative decoding: dspark (the draft network), ngram (prompt lookup) or off")
+      ->capture_default_str();
+  app.add_option("--num-speculative-tokens", flags.num_speculative_tokens,
+                 "drafts a verify step checks (dspark: 1 to the draft block size)")
+      ->capture_default_str();
+  app.add_option("--speculative-min-acceptance", flags.speculative_min_acceptance,
+                 "pause drafting for a request whose recent draft acceptance rate is below this "
+                 "(0: never)")
+      ->capture_default_str();
+  app.add_option("--speculative-confidence", flags.speculative_confidence,
+                 "dspark: verify only the drafts before the first whose sigmoid(confidence) is "
+                 "below this (0: all)")
+      ->capture_default_str();
+  app.add_option("--prompt-lookup-min", flags.prompt_lookup_min,
+                 "ngram: shortest suffix to look up")
+      ->capture_default_str();
+  app.add_option("--prompt-lookup-max", flags.prompt_lookup_max, "ngram: longest suffix to look up")
+      ->capture_default_str();
 }
 
 void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags) {
@@ -77,6 +96,8 @@ Result<Numerics> ParseNumerics(const std::string& name) {
                               name.c_str());
 }
 
+bool NeedsDspark(const EngineFlags& flags) { return flags.speculative == "dspark"; }
+
 Result<EngineOptions> ToEngineOptions(const EngineFlags& flags) {
   EngineOptions options;
   DSV41_ASSIGN_OR_RETURN(options.profile, ParseKvProfile(flags.kv_profile));
@@ -93,6 +114,13 @@ Result<EngineOptions> ToEngineOptions(const EngineFlags& flags) {
   options.max_model_len = flags.max_model_len;
   options.enable_prefix_caching = !flags.no_prefix_caching;
   DSV41_ASSIGN_OR_RETURN(options.numerics, ParseNumerics(flags.numerics));
+  SpeculativeOptions& spec = options.speculative;
+  DSV41_ASSIGN_OR_RETURN(spec.method, ParseSpeculativeMethod(flags.speculative));
+  spec.num_speculative_tokens = flags.num_speculative_tokens;
+  spec.min_acceptance = flags.speculative_min_acceptance;
+  spec.confidence_threshold = flags.speculative_confidence;
+  spec.prompt_lookup_min = flags.prompt_lookup_min;
+  spec.prompt_lookup_max = flags.prompt_lookup_max;
   return options;
 }
 
@@ -121,6 +149,12 @@ void PrintEngineLayout(const Engine& engine, const EngineOptions& options) {
                static_cast<long long>(l.max_request_tokens),
                std::string(KvProfileName(options.profile)).c_str(),
                options.enable_prefix_caching ? "on" : "off");
+  const SpeculativeOptions& spec = options.speculative;
+  if (spec.method != SpeculativeMethod::kOff) {
+    std::fprintf(stderr, "speculative: %s, %d tokens, min acceptance %g\n",
+                 std::string(SpeculativeMethodName(spec.method)).c_str(),
+                 spec.num_speculative_tokens, spec.min_acceptance);
+  }
 }
 
 }  // namespace dsv41

@@ -29,15 +29,30 @@ struct EngineFlags {
   int threads = 0;
   std::string numerics = "fast";
   bool no_prefault = false;
+  std::string speculative = "off";
+  int32_t num_speculative_tokens = SpeculativeOptions{}.num_speculative_tokens;
+  double speculative_min_acceptance = SpeculativeOptions{}.min_acceptance;
+  double speculative_confidence = SpeculativeOptions{}.confidence_threshold;
+  int32_t prompt_lookup_min = SpeculativeOptions{}.prompt_lookup_min;
+  int32_t prompt_lookup_max = SpeculativeOptions{}.prompt_lookup_max;
 };
 
 // Adds --block-size, --kv-cache-gib, --num-blocks, --kv-profile, --max-num-seqs,
-// --max-num-batched-tokens, --max-model-len, --no-prefix-caching, -t/--threads, --numerics and
-// --no-prefault.
+// --max-num-batched-tokens, --max-model-len, --no-prefix-caching, -t/--threads, --numerics,
+// --no-prefault and the speculative decoding flags (--speculative dspark|ngram|off,
+// --num-speculative-tokens, --speculative-min-acceptance, --speculative-confidence,
+// --prompt-lookup-min/-max).
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
+
+// Whether the flags need the DSpark stages loaded (LoadedTextModel::Load's with_dspark).
+bool NeedsDspark(const EngineFlags& flags);
 
 // The options the flags ask for; InvalidArgument naming the flag otherwise.
 Result<EngineOptions> ToEngineOptions(const EngineFlags& flags);
+
+// --numerics NAME: fast, reference, fma or bf16-dot (InvalidArgument naming the flag otherwise, and
+// for bf16-dot on a CPU without AVX512-BF16).
+Result<Numerics> ParseNumerics(const std::string& name);
 
 // Threads for the compute pool: the flag, or every core when it is 0.
 int ComputeThreads(const EngineFlags& flags);
@@ -51,7 +66,8 @@ void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const Engin
 void PrintNumerics(const EngineOptions& options);
 
 // "kv cache: block 128 tokens, 540928 B per block id, 1985 blocks (1.00 GiB), longest request
-// 253952 tokens, profile seed, prefix caching on" on stderr.
+// 253952 tokens, profile seed, prefix caching on" on stderr, and with speculative decoding on
+// "speculative: dspark, 5 tokens, min acceptance 0.3".
 void PrintEngineLayout(const Engine& engine, const EngineOptions& options);
 
 }  // namespace dsv41

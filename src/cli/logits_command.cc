@@ -3,10 +3,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "base/npy.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/int_list.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
 
@@ -54,28 +54,19 @@ Result<std::vector<float>> PromptLogits(const LoadedTextModel& m, const EngineOp
   return logits;
 }
 
-bool ParseIds(const std::string& text, std::vector<int32_t>& ids) {
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    int32_t v = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (ec != std::errc() || end != item.data() + item.size()) return false;
-    ids.push_back(v);
-  }
-  return !ids.empty();
-}
-
 int RunLogits(const LogitsFlags& flags) {
   if (flags.ids.empty() == flags.prompt.empty()) {
     std::fprintf(stderr, "dsv41 logits: give exactly one of --ids and --prompt\n");
     return 2;
   }
   std::vector<int32_t> ids;
-  if (!flags.ids.empty() && !ParseIds(flags.ids, ids)) {
-    std::fprintf(stderr, "dsv41 logits: --ids: want comma-separated token ids, got '%s'\n",
-                 flags.ids.c_str());
-    return 2;
+  if (!flags.ids.empty()) {
+    Result<std::vector<int32_t>> parsed = ParseIntList(flags.ids, "--ids", 0, INT32_MAX);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "dsv41 logits: %s\n", parsed.status().ToString().c_str());
+      return 2;
+    }
+    ids = std::move(parsed).value();
   }
   if (flags.out.empty() && flags.top_k <= 0) {
     std::fprintf(stderr, "dsv41 logits: give --out FILE.npy and/or --top-k K\n");
@@ -88,7 +79,7 @@ int RunLogits(const LogitsFlags& flags) {
     std::fprintf(stderr, "dsv41 logits: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir);
+  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
   if (!m.ok()) {
     std::fprintf(stderr, "dsv41 logits: %s\n", m.status().ToString().c_str());
     return 1;

@@ -1,6 +1,6 @@
 // `dsv41 run`: generates text from a prompt through the engine (paged KV cache, scheduler,
 // sampler), greedy or seeded sampling, streaming the decoded text to stdout; prefill and decode
-// speed on stderr.
+// speed (and with --speculative the draft acceptance) on stderr.
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -33,7 +33,7 @@ int RunRun(RunFlags flags) {
     std::fprintf(stderr, "dsv41 run: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir);
+  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
   if (!m.ok()) {
     std::fprintf(stderr, "dsv41 run: %s\n", m.status().ToString().c_str());
     return 1;
@@ -91,6 +91,17 @@ int RunRun(RunFlags flags) {
                prompt_tokens, prefill_s, prompt_tokens / std::max(prefill_s, 1e-9), generated,
                decode_s, std::max(generated - 1, 0) / std::max(decode_s, 1e-9),
                std::string(FinishReasonName(finish)).c_str());
+  if (options->speculative.method != SpeculativeMethod::kOff) {
+    const EngineStats stats = (*engine)->stats();
+    std::fprintf(stderr,
+                 "speculative: %llu verifies, %llu drafts, %llu accepted (rate %.3f), mean "
+                 "accepted length %.2f, %llu guard pauses\n",
+                 static_cast<unsigned long long>(stats.num_verifies),
+                 static_cast<unsigned long long>(stats.num_draft_tokens),
+                 static_cast<unsigned long long>(stats.num_accepted_tokens),
+                 stats.acceptance_rate(), stats.mean_accepted_length(),
+                 static_cast<unsigned long long>(stats.num_guard_pauses));
+  }
   return 0;
 }
 

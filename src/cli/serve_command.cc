@@ -159,10 +159,13 @@ int RunServe(ServeFlags flags) {
 
   ProgressPrinter printer;
   ProgressFn draw = printer.AsFn();
-  Result<LoadedTextModel> model = LoadedTextModel::Load(dir, [&](const Progress& p) {
-    (*server)->SetLoadProgress(p);
-    return draw(p) && !signals.signalled();
-  });
+  Result<LoadedTextModel> model = LoadedTextModel::Load(
+      dir,
+      [&](const Progress& p) {
+        (*server)->SetLoadProgress(p);
+        return draw(p) && !signals.signalled();
+      },
+      NeedsDspark(flags.engine));
   printer.Done();
   if (!model.ok()) {
     if (signals.signalled()) {

@@ -4,8 +4,10 @@
 #include <random>
 #include <utility>
 
+#include "base/check.h"
 #include "engram/row_ids.h"
 #include "model/layer_plan.h"
+#include "numerics/arith.h"
 
 namespace dsv41 {
 namespace {
@@ -57,10 +59,24 @@ Result<std::unique_ptr<Engine>> Engine::Create(const LoadedTextModel& model,
     return InvalidArgumentError("--max-model-len %lld must be >= 0",
                                 static_cast<long long>(options.max_model_len));
   }
+  const SpeculativeOptions& spec = options.speculative;
+  DSV41_RETURN_IF_ERROR(ValidateSpeculativeOptions(spec, config.dspark_block_size));
+  if (spec.method == SpeculativeMethod::kDspark && model.dspark == nullptr) {
+    return InvalidArgumentError(
+        "--speculative dspark: the model was loaded without its DSpark stages (mtp.*)");
+  }
+  if (spec.method == SpeculativeMethod::kOff && spec.custom_drafter) {
+    return InvalidArgumentError("a custom drafter needs a --speculative method");
+  }
   std::unique_ptr<Engine> engine(new Engine(model, options, pool));
   CachePlanOptions plan_options;
   plan_options.block_tokens = options.block_tokens;
   plan_options.profile = options.profile;
+  // serving.md §3.3, §3.6: the draft windows (G_DRAFT) and a ring that survives K rejected rows.
+  plan_options.dspark = spec.method == SpeculativeMethod::kDspark;
+  plan_options.num_speculative_tokens =
+      spec.method == SpeculativeMethod::kOff ? 0 : spec.num_speculative_tokens;
+  engine->seeds_drafts_ = plan_options.dspark;
   DSV41_ASSIGN_OR_RETURN(CachePlan plan, PlanCache(config, model.weights->plan(), plan_options));
   engine->plan_ = std::make_unique<CachePlan>(std::move(plan));
   const uint64_t budget = options.num_blocks > 0
@@ -92,6 +108,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(const LoadedTextModel& model,
       *engine->kv_, SchedulerOptions{.max_num_seqs = options.max_num_seqs,
                                      .max_num_batched_tokens = options.max_num_batched_tokens});
   engine->eos_token_id_ = model.eos_token_id();
+  const size_t positions =
+      spec.method == SpeculativeMethod::kOff ? 0 : static_cast<size_t>(spec.num_speculative_tokens);
+  engine->stats_.drafts_at_position.assign(positions, 0);
+  engine->stats_.accepted_at_position.assign(positions, 0);
   return engine;
 }
 
@@ -130,6 +150,7 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
   r->detokenizer = std::make_unique<StreamingDetokenizer>(
       *model_.tokenizer, DecodeOptions{.skip_special_tokens = params.skip_special_tokens});
   r->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
+  r->guard = DraftGuard(DraftGuard::Options{.min_acceptance = options_.speculative.min_acceptance});
   stats_.prompt_tokens += static_cast<uint64_t>(prompt_len);
   const uint64_t id = r->id;
   scheduler_->Add(r.get());
@@ -153,11 +174,13 @@ Status Engine::Abort(uint64_t request_id) {
   return Status();
 }
 
-Status Engine::BuildBatch(const SchedulerOutput& scheduled, Batch& batch) {
+Status Engine::BuildBatch(const SchedulerOutput& scheduled, std::span<const int64_t> committed,
+                          Batch& batch) {
   const size_t num_cols = static_cast<size_t>(model_.engram.num_cols());
   const size_t num_engram = static_cast<size_t>(model_.engram.num_layers());
   int32_t row = 0;
-  for (const ScheduledRequest& s : scheduled.scheduled) {
+  for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
+    const ScheduledRequest& s = scheduled.scheduled[i];
     const Request& r = *s.request;
     const int32_t start = static_cast<int32_t>(r.num_computed);
     const int32_t n = s.num_new_tokens;
@@ -171,12 +194,14 @@ Status Engine::BuildBatch(const SchedulerOutput& scheduled, Batch& batch) {
       ComputeEngramRows(model_.engram, r.history.class_ids(), r.history.dead(), start, n,
                         std::span<int64_t>(batch.engram_rows).subspan(begin));
     }
+    // The last committed position and every draft after it are verify rows.
     const bool completes = start + n == r.num_tokens();
     for (int32_t t = 0; t < n; ++t) {
-      const bool last = completes && t == n - 1;
-      if (last || (r.prompt_logits && start + t < r.num_prompt_tokens)) {
+      const bool verify = completes && start + t >= committed[i] - 1;
+      if (verify || (r.prompt_logits && start + t < r.num_prompt_tokens)) {
         batch.logit_rows.push_back(row + t);
       }
+      if (seeds_drafts_) batch.main_hidden_rows.push_back(row + t);
     }
     row += n;
   }
@@ -197,10 +222,7 @@ void Engine::Finish(Request& r, FinishReason reason, RequestOutput& out, bool fl
   out.error = std::move(error);
 }
 
-void Engine::Sample(Request& r, std::span<const float> logits, RequestOutput& out) {
-  const int64_t pos = r.num_tokens();
-  const SampledToken s =
-      SampleToken(logits, r.params, r.seed, pos, r.prompt_ids(), r.output_ids(), sampler_scratch_);
+void Engine::Emit(Request& r, const SampledToken& s, RequestOutput& out) {
   const int32_t token = s.token_id;
   int32_t class_id = 0;
   if (model_.engram.num_layers() > 0) {
@@ -225,6 +247,101 @@ void Engine::Sample(Request& r, std::span<const float> logits, RequestOutput& ou
   if (r.num_tokens() >= r.max_total_tokens) Finish(r, FinishReason::kLength, out);
 }
 
+int32_t Engine::Verify(Request& r, std::span<const float> logits, std::span<const int32_t> drafts,
+                       RequestOutput& out) {
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  const int32_t num_drafts = static_cast<int32_t>(drafts.size());
+  int32_t accepted = 0;
+  for (int32_t j = 0; j <= num_drafts && r.status != RequestStatus::kFinished; ++j) {
+    const VerifyRow row{.logits = logits.subspan(j * vocab, vocab),
+                        .params = &r.params,
+                        .seed = r.seed,
+                        .position = r.num_tokens(),
+                        .prompt_ids = r.prompt_ids(),
+                        .output_ids = r.output_ids(),
+                        .draft = j < num_drafts ? drafts[j] : -1};
+    const RowVerdict verdict = options_.speculative.acceptance(row, sampler_scratch_);
+    const int64_t before = r.num_tokens();
+    Emit(r, verdict.token, out);
+    // An accepted (and emitted) draft is the token the forward already computed here.
+    if (!verdict.accepted || r.num_tokens() == before) break;
+    ++accepted;
+    ++stats_.accepted_at_position[j];
+  }
+  return accepted;
+}
+
+void Engine::SetDrafts(Request& r, std::span<const int32_t> tokens) {
+  const int32_t vocab = model_.config().vocab_size;
+  r.draft_tokens.clear();
+  r.draft_classes.clear();
+  for (const int32_t token : tokens) {
+    int32_t class_id = 0;
+    if (token < 0 || token >= vocab) break;
+    if (model_.engram.num_layers() > 0 &&
+        !MapTokensToEngramClasses(model_.token_map, std::span(&token, 1), std::span(&class_id, 1))
+             .ok()) {
+      break;
+    }
+    r.draft_tokens.push_back(token);
+    r.draft_classes.push_back(class_id);
+  }
+}
+
+Status Engine::ProposeDrafts(const std::vector<Request*>& ready) {
+  const SpeculativeOptions& spec = options_.speculative;
+  std::vector<Request*> dspark_requests;
+  std::vector<int32_t> dspark_budget;
+  std::vector<int32_t> proposal;
+  for (Request* r : ready) {
+    // A verify of m drafts emits up to m + 1 tokens; none may pass the request's limit.
+    const int64_t room = r->max_total_tokens - r->num_tokens() - 1;
+    const int32_t room_drafts =
+        static_cast<int32_t>(std::min<int64_t>(spec.num_speculative_tokens, room));
+    if (room_drafts < 1) continue;
+    const int32_t budget = r->guard.DraftsNextStep(room_drafts);
+    if (budget < 1) continue;
+    if (spec.custom_drafter) {
+      proposal.clear();
+      spec.custom_drafter(r->history.token_ids(), budget, proposal);
+      proposal.resize(std::min<size_t>(proposal.size(), budget));
+      SetDrafts(*r, proposal);
+    } else if (spec.method == SpeculativeMethod::kNgram) {
+      SetDrafts(*r, ProposeNgram(r->history.token_ids(), spec.prompt_lookup_min,
+                                 spec.prompt_lookup_max, budget));
+    } else {
+      dspark_requests.push_back(r);
+      dspark_budget.push_back(budget);
+    }
+  }
+  if (dspark_requests.empty()) return Status();
+  std::vector<DraftRequest> inputs;
+  for (Request* r : dspark_requests) {
+    inputs.push_back(DraftRequest{.token = r->history.token_ids().back(),
+                                  .last_pos = static_cast<int32_t>(r->num_computed - 1),
+                                  .block_tables = r->blocks.tables});
+  }
+  DraftResult& drafted = drafted_;
+  DSV41_RETURN_IF_ERROR(
+      model_.dspark->Draft(inputs, storage_->view(), /*want_logits=*/false, drafted, ctx_));
+  ++stats_.num_draft_forwards;
+  const int32_t block = model_.dspark->block_size();
+  for (size_t i = 0; i < dspark_requests.size(); ++i) {
+    int32_t n = dspark_budget[i];
+    // Confidence-scheduled verification: keep the drafts before the first unlikely one.
+    if (spec.confidence_threshold > 0.0) {
+      for (int32_t k = 0; k < n; ++k) {
+        if (Sigmoid(drafted.confidence[i * block + k]) < spec.confidence_threshold) {
+          n = k;
+          break;
+        }
+      }
+    }
+    SetDrafts(*dspark_requests[i], std::span<const int32_t>(drafted.tokens).subspan(i * block, n));
+  }
+  return Status();
+}
+
 Result<std::vector<RequestOutput>> Engine::Step() {
   std::vector<RequestOutput> outputs = std::move(pending_outputs_);
   pending_outputs_.clear();
@@ -233,40 +350,109 @@ Result<std::vector<RequestOutput>> Engine::Step() {
   if (scheduled.scheduled.empty()) return outputs;
   ++stats_.num_steps;
 
-  Batch batch;
-  DSV41_RETURN_IF_ERROR(BuildBatch(scheduled, batch));
-  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
-  std::vector<float> logits(batch.logit_rows.size() * vocab);
-  arena_.Reset();
-  DSV41_RETURN_IF_ERROR(model_.model->Forward(batch, storage_->view(), logits, ctx_));
-  scheduler_->Update(scheduled);
+  // A decode scheduled with drafts verifies them: they join the history for this forward only
+  // (Engram rows and the batch read it by position) and leave it before verification.
+  const size_t num_scheduled = scheduled.scheduled.size();
+  std::vector<int64_t> committed(num_scheduled);
+  std::vector<std::vector<int32_t>> drafts(num_scheduled);
+  for (size_t i = 0; i < num_scheduled; ++i) {
+    const ScheduledRequest& s = scheduled.scheduled[i];
+    Request& r = *s.request;
+    committed[i] = r.num_tokens();
+    const int64_t num_drafts = r.num_computed + s.num_new_tokens - committed[i];
+    if (num_drafts > 0) {
+      DSV41_CHECK(num_drafts <= static_cast<int64_t>(r.draft_tokens.size()),
+                  "request %llu: %lld drafts scheduled, %zu proposed",
+                  static_cast<unsigned long long>(r.id), static_cast<long long>(num_drafts),
+                  r.draft_tokens.size());
+      drafts[i].assign(r.draft_tokens.begin(), r.draft_tokens.begin() + num_drafts);
+      DSV41_RETURN_IF_ERROR(r.history.Append(
+          drafts[i], std::span<const int32_t>(r.draft_classes).subspan(0, num_drafts)));
+    }
+    r.draft_tokens.clear();
+    r.draft_classes.clear();
+  }
 
+  Batch batch;
+  DSV41_RETURN_IF_ERROR(BuildBatch(scheduled, committed, batch));
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  logits_.resize(batch.logit_rows.size() * vocab);
+  main_hidden_.resize(batch.main_hidden_rows.size() * model_.model->MainHiddenWidth());
+  arena_.Reset();
+  DSV41_RETURN_IF_ERROR(
+      model_.model->Forward(batch, storage_->view(), logits_, ctx_, nullptr, main_hidden_));
+  // model.md §11.3: every computed position seeds the draft windows. Rows of rejected positions
+  // lie past the length kept below, like every other row they wrote (serving.md §7.2).
+  if (seeds_drafts_) {
+    DSV41_RETURN_IF_ERROR(
+        model_.dspark->SeedWindows(main_hidden_, batch.requests, storage_->view(), ctx_));
+  }
+
+  SchedulerOutput kept = scheduled;
   size_t logit_idx = 0;
+  bool any_verify = false;
   std::vector<Request*> finished;
-  for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
+  std::vector<Request*> ready;
+  for (size_t i = 0; i < num_scheduled; ++i) {
     Request& r = *scheduled.scheduled[i].request;
     const BatchRequest& br = batch.requests[i];
+    const int64_t start = br.start_pos;
+    const int64_t end = start + br.num_tokens;
+    DSV41_CHECK(r.history.Truncate(committed[i]).ok(), "history of request %llu",
+                static_cast<unsigned long long>(r.id));
     RequestOutput out;
     out.request_id = r.id;
     out.num_prompt_tokens = r.num_prompt_tokens;
     out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
-    const bool completes = r.num_computed == r.num_tokens();
+    const bool completes = end == committed[i] + static_cast<int64_t>(drafts[i].size());
+    size_t first_verify = 0;  // logit index of the row at position committed − 1
     while (logit_idx < batch.logit_rows.size() &&
            batch.logit_rows[logit_idx] < br.first_row + br.num_tokens) {
-      const std::span<const float> row =
-          std::span<const float>(logits).subspan(logit_idx * vocab, vocab);
-      const int32_t pos = br.start_pos + (batch.logit_rows[logit_idx] - br.first_row);
+      const int64_t pos = start + (batch.logit_rows[logit_idx] - br.first_row);
       if (r.prompt_logits && pos < r.num_prompt_tokens) {
+        const std::span<const float> row =
+            std::span<const float>(logits_).subspan(logit_idx * vocab, vocab);
         out.prompt_logits.insert(out.prompt_logits.end(), row.begin(), row.end());
       }
+      if (pos == committed[i] - 1) first_verify = logit_idx;
       ++logit_idx;
-      if (completes && pos == r.num_tokens() - 1) Sample(r, row, out);
     }
-    if (r.status == RequestStatus::kFinished) finished.push_back(&r);
+    int64_t kept_end = end;
+    if (completes) {
+      const int32_t num_drafts = static_cast<int32_t>(drafts[i].size());
+      const int32_t accepted = Verify(
+          r,
+          std::span<const float>(logits_).subspan(first_verify * vocab, (num_drafts + 1) * vocab),
+          drafts[i], out);
+      if (num_drafts > 0) {
+        any_verify = true;
+        ++stats_.num_verifies;
+        stats_.num_draft_tokens += static_cast<uint64_t>(num_drafts);
+        stats_.num_accepted_tokens += static_cast<uint64_t>(accepted);
+        for (int32_t j = 0; j < num_drafts; ++j) ++stats_.drafts_at_position[j];
+        const uint64_t pauses = r.guard.num_pauses();
+        r.guard.OnVerify(num_drafts, accepted);
+        stats_.num_guard_pauses += r.guard.num_pauses() - pauses;
+      }
+      // Rows are valid up to the last accepted draft: the rest is rolled back (model.md §11.5).
+      kept_end = std::min(end, committed[i] + accepted);
+      if (kept_end < end) kv_->Truncate(r.blocks, kept_end);
+    }
+    kept.scheduled[i].num_new_tokens = static_cast<int32_t>(kept_end - start);
+    if (r.status == RequestStatus::kFinished) {
+      finished.push_back(&r);
+    } else if (completes) {
+      ready.push_back(&r);
+    }
     if (!out.new_token_ids.empty() || !out.prompt_logits.empty() ||
         out.finish != FinishReason::kNone) {
       outputs.push_back(std::move(out));
     }
+  }
+  scheduler_->Update(kept);
+  if (any_verify) ++stats_.num_verify_steps;
+  if (options_.speculative.method != SpeculativeMethod::kOff) {
+    DSV41_RETURN_IF_ERROR(ProposeDrafts(ready));
   }
   for (Request* r : finished) {
     scheduler_->Remove(r);
@@ -290,5 +476,32 @@ EngineStats Engine::stats() const {
 }
 
 Status Engine::CheckConsistency() const { return kv_->CheckConsistency(); }
+
+Result<RequestState> Engine::InspectRequest(uint64_t request_id) const {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) {
+    return NotFoundError("request %llu is not running or waiting",
+                         static_cast<unsigned long long>(request_id));
+  }
+  return ReadRequestState(storage_->view(), *plan_, *it->second, model_.config().sliding_window);
+}
+
+double EngineStats::acceptance_rate() const {
+  return num_draft_tokens == 0 ? 0.0 : static_cast<double>(num_accepted_tokens) / num_draft_tokens;
+}
+
+double EngineStats::mean_accepted_length() const {
+  return num_verifies == 0 ? 0.0 : 1.0 + static_cast<double>(num_accepted_tokens) / num_verifies;
+}
+
+std::vector<double> EngineStats::acceptance_rate_at_position() const {
+  std::vector<double> rates(drafts_at_position.size(), 0.0);
+  for (size_t i = 0; i < rates.size(); ++i) {
+    if (drafts_at_position[i] > 0) {
+      rates[i] = static_cast<double>(accepted_at_position[i]) / drafts_at_position[i];
+    }
+  }
+  return rates;
+}
 
 }  // namespace dsv41

@@ -16,8 +16,10 @@
 #include "base/thread_pool.h"
 #include "engine/loaded_model.h"
 #include "engine/request.h"
+#include "engine/request_state.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "kv/kv_cache_manager.h"
 #include "model/cache_plan.h"
 #include "model/kv_layout.h"
@@ -34,6 +36,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;  // 0: max_position_embeddings
   bool enable_prefix_caching = true;
   Numerics numerics = Numerics::kFast;  // --numerics: how weight products accumulate
+  SpeculativeOptions speculative;       // --speculative and its knobs (default off)
 };
 
 // What Engine::Create resolved (printed at start-up).
@@ -75,6 +78,25 @@ struct EngineStats {
   // What the forwards read and computed (ExecStats): stored weight bytes, weight-product MACs.
   uint64_t weight_bytes = 0;
   uint64_t weight_macs = 0;
+
+  // Speculative decoding (serving.md §7, §11.4). A verify is one request's decode step with at
+  // least one draft; its drafts are checked left to right until the first rejection.
+  uint64_t num_verifies = 0;
+  uint64_t num_draft_tokens = 0;     // drafts verified
+  uint64_t num_accepted_tokens = 0;  // of which accepted
+  // [i]: verifies that checked a draft at position i of their block, and how many accepted it.
+  std::vector<uint64_t> drafts_at_position;
+  std::vector<uint64_t> accepted_at_position;
+  uint64_t num_verify_steps = 0;    // engine steps whose batch held at least one verify
+  uint64_t num_draft_forwards = 0;  // runs of the DSpark draft network (all requests at once)
+  uint64_t num_guard_pauses = 0;    // times the acceptance guard paused a request's drafting
+
+  // Accepted / verified drafts (0 without drafts).
+  double acceptance_rate() const;
+  // Tokens a verify emits on average: 1 + accepted drafts per verify (0 without verifies).
+  double mean_accepted_length() const;
+  // accepted_at_position[i] / drafts_at_position[i] for each position.
+  std::vector<double> acceptance_rate_at_position() const;
 };
 
 struct AddRequestOptions {
@@ -108,6 +130,9 @@ class Engine {
   EngineStats stats() const;
   // Every block accounted for (free, cached or referenced by exactly the live requests).
   Status CheckConsistency() const;
+  // A running or waiting request's history and stored rows (request_state.h), for tests and
+  // debugging; NotFound for an unknown id.
+  Result<RequestState> InspectRequest(uint64_t request_id) const;
 
  private:
   Engine(const LoadedTextModel& model, const EngineOptions& options, ThreadPool& pool)
@@ -119,13 +144,27 @@ class Engine {
                                 size_t{1} << 30)),
         ctx_{pool, arena_, options.numerics, &exec_stats_} {}
 
-  // Samples request `r`'s next token from `logits`, appends it and applies the stop rules.
-  void Sample(Request& r, std::span<const float> logits, RequestOutput& out);
+  // Appends request `r`'s next token `s` (sampled, or an accepted draft) and applies the stop
+  // rules.
+  void Emit(Request& r, const SampledToken& s, RequestOutput& out);
+  // Verifies the rows of request `r` from its committed length on (model.md §11.5): row j's
+  // logits decide the token at committed + j; drafts[j] is accepted or verification stops there.
+  // Returns the drafts accepted and emitted.
+  int32_t Verify(Request& r, std::span<const float> logits, std::span<const int32_t> drafts,
+                 RequestOutput& out);
+  // Proposes the next step's drafts of the requests now ready to decode (serving.md §7.1: right
+  // after sampling; DSpark runs for all of them at once).
+  Status ProposeDrafts(const std::vector<Request*>& ready);
+  // Stores `tokens` (cut at the first id outside the vocabulary or the Engram map) as r's drafts.
+  void SetDrafts(Request& r, std::span<const int32_t> tokens);
   // Ends `r` with `reason`; flush_text emits the text held back for an incomplete character or a
   // possible stop string (not after a stop string or an error).
   void Finish(Request& r, FinishReason reason, RequestOutput& out, bool flush_text = true,
               std::string error = {});
-  Status BuildBatch(const SchedulerOutput& scheduled, Batch& batch);
+  // committed[i]: scheduled request i's history length before its drafts were appended; rows
+  // from position committed − 1 on get logits when the step reaches the history's end.
+  Status BuildBatch(const SchedulerOutput& scheduled, std::span<const int64_t> committed,
+                    Batch& batch);
 
   const LoadedTextModel& model_;
   EngineOptions options_;
@@ -144,6 +183,10 @@ class Engine {
   std::vector<RequestOutput> pending_outputs_;  // aborts since the last Step
   SamplerScratch sampler_scratch_;
   EngineStats stats_;
+  bool seeds_drafts_ = false;       // DSpark on: the main forward records main_hidden
+  std::vector<float> main_hidden_;  // [rows, MainHiddenWidth()], reused every step
+  std::vector<float> logits_;       // [logit rows, vocab], reused every step
+  DraftResult drafted_;             // the last DSpark draft, reused every step
 };
 
 }  // namespace dsv41

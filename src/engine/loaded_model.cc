@@ -9,12 +9,17 @@
 
 namespace dsv41 {
 
-Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir, const ProgressFn& progress) {
+Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir, const ProgressFn& progress,
+                                              bool with_dspark) {
   LoadedTextModel m;
-  DSV41_ASSIGN_OR_RETURN(ModelWeights weights,
-                         ModelWeights::Load(dir, LoadOptions{.include_dspark = false}, progress));
+  DSV41_ASSIGN_OR_RETURN(
+      ModelWeights weights,
+      ModelWeights::Load(dir, LoadOptions{.include_dspark = with_dspark}, progress));
   m.weights = std::make_unique<ModelWeights>(std::move(weights));
   DSV41_ASSIGN_OR_RETURN(m.model, TextModel::Load(*m.weights));
+  if (with_dspark) {
+    DSV41_ASSIGN_OR_RETURN(m.dspark, DsparkModel::Load(*m.weights));
+  }
   DSV41_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(dir + "/tokenizer.json"));
   m.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
   if (!m.weights->config().engram_layer_ids.empty()) {
@@ -35,7 +40,7 @@ LoadedTextModel::Prefault LoadedTextModel::PrefaultWeights(ThreadPool& pool) con
   std::vector<std::span<const std::byte>> ranges;
   for (const TensorSpec& t : weights->expected()) {
     const WeightKind kind = ClassifyTensor(t.name);
-    if (kind == WeightKind::kEngramTables || kind == WeightKind::kDspark) continue;
+    if (kind == WeightKind::kEngramTables || (kind == WeightKind::kDspark && !dspark)) continue;
     Result<TensorView> view = weights->Get(t.name);
     if (!view.ok()) continue;
     ranges.push_back(view->bytes);

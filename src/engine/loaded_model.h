@@ -11,6 +11,7 @@
 #include "base/thread_pool.h"
 #include "engram/hash_constants.h"
 #include "engram/token_map.h"
+#include "model/dspark.h"
 #include "model/forward.h"
 #include "model/weights.h"
 #include "text/tokenizer.h"
@@ -21,14 +22,17 @@ namespace dsv41 {
 struct LoadedTextModel {
   std::unique_ptr<ModelWeights> weights;
   std::unique_ptr<TextModel> model;
+  std::unique_ptr<DsparkModel> dspark;  // the draft network; null unless loaded with it
   std::unique_ptr<Tokenizer> tokenizer;
   EngramTokenMap token_map;
   EngramHashConstants engram;
 
-  // Loads the checkpoint directory `dir` (config.json, safetensors, tokenizer.json). Errors name
-  // the file, tensor or field. `progress` sees the shard mapping (ModelWeights::Load) and may
-  // cancel it.
-  static Result<LoadedTextModel> Load(const std::string& dir, const ProgressFn& progress = {});
+  // Loads the checkpoint directory `dir` (config.json, safetensors, tokenizer.json); with_dspark
+  // also checks and loads the DSpark stages (`mtp.*`, needed by --speculative dspark and `dsv41
+  // draft`). Errors name the file, tensor or field. `progress` sees the shard mapping
+  // (ModelWeights::Load) and may cancel it.
+  static Result<LoadedTextModel> Load(const std::string& dir, const ProgressFn& progress = {},
+                                      bool with_dspark = false);
 
   const ModelConfig& config() const { return weights->config(); }
   // The end-of-sentence id: the tokenizer's "<｜end▁of▁sentence｜>", else the config's.
@@ -36,13 +40,13 @@ struct LoadedTextModel {
 
   // What PrefaultWeights did.
   struct Prefault {
-    uint64_t weight_bytes = 0;     // the text model's weights (no Engram tables, no DSpark)
+    uint64_t weight_bytes = 0;     // the text model's weights and DSpark's when loaded (no Engram)
     uint64_t available_bytes = 0;  // MemAvailable before
     bool done = false;             // false: they did not fit in 3/4 of the available memory
   };
-  // Makes the text model's mapped weights resident when they fit in 3/4 of the available memory
-  // (every page touched, in parallel over `pool`), so no decode step waits on a page fault. The
-  // Engram tables stay with their storage tier.
+  // Makes the text model's (and the loaded DSpark stages') mapped weights resident when they fit in
+  // 3/4 of the available memory (every page touched, in parallel over `pool`), so no decode step
+  // waits on a page fault. The Engram tables stay with their storage tier.
   Prefault PrefaultWeights(ThreadPool& pool) const;
 };
 

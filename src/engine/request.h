@@ -11,6 +11,7 @@
 
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "engine/speculative.h"
 #include "engine/stop_strings.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/token_history.h"
@@ -42,6 +43,12 @@ struct Request {
   std::string error;
   std::unique_ptr<StreamingDetokenizer> detokenizer;
   std::unique_ptr<StopStringMatcher> stop_matcher;
+  // Speculative decoding: the drafts proposed for positions num_tokens() .. (never part of the
+  // history: a verify step appends them for its forward only and emits the accepted ones), with
+  // their Engram class ids, and the request's acceptance guard.
+  std::vector<int32_t> draft_tokens;
+  std::vector<int32_t> draft_classes;
+  DraftGuard guard{DraftGuard::Options{}};
 
   int64_t num_tokens() const { return history.size(); }
   int32_t num_output_tokens() const {

@@ -33,6 +33,8 @@ void Scheduler::Preempt(Request* victim, SchedulerOutput& output) {
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
   kv_.Free(victim->blocks);  // cached blocks keep their hashes: the return may hit them
   victim->num_computed = 0;
+  victim->draft_tokens.clear();  // drafted again once its recompute is done
+  victim->draft_classes.clear();
   victim->status = RequestStatus::kWaiting;
   waiting_.push_front(victim);
   output.preempted.push_back(victim);
@@ -70,8 +72,8 @@ SchedulerOutput Scheduler::Schedule() {
     budget -= n;
   };
 
-  // Running requests: decodes (one token left to compute) first, then unfinished prefills, each in
-  // admission order.
+  // Running requests: decodes (one token left to compute, plus the drafts to verify) first, then
+  // unfinished prefills, each in admission order. A verify that does not fit checks fewer drafts.
   const std::vector<Request*> snapshot = running_;
   for (const bool decode_pass : {true, false}) {
     for (Request* r : snapshot) {
@@ -79,7 +81,9 @@ SchedulerOutput Scheduler::Schedule() {
       if (r->status != RequestStatus::kRunning || Contains(scheduled, r)) continue;
       const int32_t remaining = Remaining(r);
       if ((remaining == 1) != decode_pass || remaining < 1) continue;
-      const int32_t granted = AllocateOrPreempt(r, std::min(remaining, budget), scheduled, output);
+      const int32_t wanted =
+          decode_pass ? 1 + static_cast<int32_t>(r->draft_tokens.size()) : remaining;
+      const int32_t granted = AllocateOrPreempt(r, std::min(wanted, budget), scheduled, output);
       if (granted == 0) {
         Preempt(r, output);  // nothing newer left to free: it waits for others to finish
         continue;

@@ -21,7 +21,8 @@ struct SchedulerOptions {
   int32_t max_num_batched_tokens = 2048;
 };
 
-// One request's share of a step: its tokens [request->num_computed, + num_new_tokens).
+// One request's share of a step: its tokens [request->num_computed, + num_new_tokens). A decode
+// with drafts gets 1 + (drafts to verify) tokens: the positions past num_tokens() are drafts.
 struct ScheduledRequest {
   Request* request = nullptr;
   int32_t num_new_tokens = 0;
@@ -45,8 +46,9 @@ class Scheduler {
   void Remove(Request* request);
   // The next step's work; empty when nothing can run.
   SchedulerOutput Schedule();
-  // After the step's forward: each scheduled request now holds num_computed + num_new_tokens
-  // positions; newly full blocks are offered to the prefix cache.
+  // After the step's forward (and verification: a verify step passes the positions it kept):
+  // each scheduled request now holds num_computed + num_new_tokens positions, all of them
+  // committed in its history; newly full blocks are offered to the prefix cache.
   void Update(const SchedulerOutput& output);
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }

@@ -125,6 +125,83 @@ Result<std::unique_ptr<Attention>> Attention::Create(const ModelWeights& weights
   return a;
 }
 
+Result<std::unique_ptr<Attention>> Attention::CreateDsparkStage(const ModelWeights& weights,
+                                                                int32_t stage) {
+  const ModelConfig& c = weights.config();
+  if (stage < 0 || stage >= weights.plan().num_dspark_stages) {
+    return InvalidArgumentError("attention: DSpark stage %d of %d", stage,
+                                weights.plan().num_dspark_stages);
+  }
+  // model.md §11.1: the stages are built as layers n_layers + j, SWA only, main RoPE table.
+  LayerRole role;
+  role.layer = c.num_hidden_layers + stage;
+  role.ratio = 0;
+  role.mode = LayerMode::kSwaOnly;
+  role.rope_table = RopeTable::kMain;
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Attention> a,
+                         Create(weights, "mtp." + std::to_string(stage) + ".attn", role));
+  a->dspark_stage_ = stage;
+  return a;
+}
+
+const KvRowPlace& Attention::WindowPlace(const KvCacheLayout& layout) const {
+  if (dspark_stage_ >= 0) {
+    DSV41_CHECK(dspark_stage_ < static_cast<int32_t>(layout.draft.size()),
+                "DSpark stage %d: the cache has %zu draft windows", dspark_stage_,
+                layout.draft.size());
+    return layout.draft[dspark_stage_];
+  }
+  return layout.swa[role_.layer];
+}
+
+void Attention::RowAngles(std::span<const BatchRequest> requests, std::span<float> cos,
+                          std::span<float> sin) const {
+  const int64_t half = config_.qk_rope_head_dim / 2;
+  for (const BatchRequest& r : requests) {
+    for (int32_t t = 0; t < r.num_tokens; ++t) {
+      const int64_t row = r.first_row + t;
+      rope_.Angles(r.start_pos + t, cos.subspan(row * half, half), sin.subspan(row * half, half));
+    }
+  }
+}
+
+void Attention::WindowKv(std::span<const float> x, std::span<const BatchRequest> requests,
+                         std::span<const float> cos, std::span<const float> sin,
+                         const KvCacheView& cache, bool store, std::span<float> kv,
+                         ExecContext& ctx) const {
+  const int64_t head_dim = config_.head_dim;
+  const int64_t half = config_.qk_rope_head_dim / 2;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const KvCacheLayout& layout = *cache.layout;
+  const KvRowPlace& place = WindowPlace(layout);
+  LinearBf16(wkv_, x, static_cast<int64_t>(kv.size()) / head_dim, kv, ctx);
+  for (const BatchRequest& r : requests) {
+    const std::span<const uint32_t> table = r.block_tables[place.group_idx];
+    for (int32_t t = 0; t < r.num_tokens; ++t) {
+      const int64_t row = r.first_row + t;
+      std::span<float> values = kv.subspan(row * head_dim, head_dim);
+      RmsNorm(values, kv_norm_, eps, values);
+      Rope::RotateWith(values, cos.subspan(row * half, half), sin.subspan(row * half, half),
+                       /*inverse=*/false);
+      FakeQuantFq8B32(values);
+      if (store) EncodeSwaRow(layout.profile, values, cache.RowAt(place, table, r.start_pos + t));
+    }
+  }
+}
+
+void Attention::WriteWindowRows(std::span<const float> x, std::span<const BatchRequest> requests,
+                                const KvCacheView& cache, ExecContext& ctx) const {
+  ArenaScope scope(ctx.arena);
+  const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
+  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * config_.hidden_size, "x %zu", x.size());
+  const int64_t half = config_.qk_rope_head_dim / 2;
+  std::span<float> cos = ctx.arena.Alloc<float>(t_count * half);
+  std::span<float> sin = ctx.arena.Alloc<float>(t_count * half);
+  RowAngles(requests, cos, sin);
+  std::span<float> kv = ctx.arena.Alloc<float>(t_count * config_.head_dim);
+  WindowKv(x, requests, cos, sin, cache, /*store=*/true, kv, ctx);
+}
+
 void Attention::QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
                             ExecContext& ctx) const {
   DSV41_CHECK(static_cast<int64_t>(x.size()) == int64_t{num_tokens} * config_.hidden_size &&
@@ -137,7 +214,7 @@ void Attention::QueryLatent(std::span<const float> x, int32_t num_tokens, std::s
 void Attention::Forward(std::span<const float> x, std::span<const float> qr,
                         std::span<const BatchRequest> requests, const KvCacheView& cache,
                         std::span<const CompressedSelection> selections, std::span<float> out,
-                        ExecContext& ctx) const {
+                        ExecContext& ctx, AttentionMode mode) const {
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
   const int64_t hidden = config_.hidden_size;
@@ -145,14 +222,16 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
   const int64_t num_heads = config_.num_attention_heads;
   const int64_t head_dim = config_.head_dim;
   const int64_t half = config_.qk_rope_head_dim / 2;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
   const KvCacheLayout& layout = *cache.layout;
-  const KvRowPlace& swa = layout.swa[role_.layer];
+  const KvRowPlace& swa = WindowPlace(layout);
+  const bool block = mode == AttentionMode::kDraftBlock;
   DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden &&
                   static_cast<int64_t>(out.size()) == t_count * hidden &&
                   static_cast<int64_t>(qr.size()) == t_count * config_.q_lora_rank,
               "x %zu, qr %zu, out %zu", x.size(), qr.size(), out.size());
   DSV41_CHECK(layout.head_dim == head_dim, "cache head_dim %d", layout.head_dim);
+  DSV41_CHECK(!block || (dspark_stage_ >= 0 && role_.ratio == 0),
+              "layer %d: DSpark block attention on a backbone layer", role_.layer);
   DSV41_CHECK(selections.size() == (role_.ratio > 0 ? requests.size() : 0),
               "layer %d: ratio %d, %zu selections for %zu requests", role_.layer, role_.ratio,
               selections.size(), requests.size());
@@ -168,12 +247,9 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
   std::span<float> sin = arena.Alloc<float>(t_count * half);
   for (size_t i = 0; i < requests.size(); ++i) {
     const BatchRequest& r = requests[i];
-    for (int32_t t = 0; t < r.num_tokens; ++t) {
-      const int64_t row = r.first_row + t;
-      request_of[row] = static_cast<int32_t>(i);
-      rope_.Angles(r.start_pos + t, cos.subspan(row * half, half), sin.subspan(row * half, half));
-    }
+    std::fill_n(request_of.begin() + r.first_row, r.num_tokens, static_cast<int32_t>(i));
   }
+  RowAngles(requests, cos, sin);
   auto cos_of = [&](int64_t t) { return std::span<const float>(cos.subspan(t * half, half)); };
   auto sin_of = [&](int64_t t) { return std::span<const float>(sin.subspan(t * half, half)); };
 
@@ -187,24 +263,14 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
     }
   }
 
-  // §7.2 SWA path: kv = fq8_b32(rope(RMSNorm(kv_norm, wkv·x))), stored at its position's row.
+  // §7.2 SWA path: kv = fq8_b32(rope(RMSNorm(kv_norm, wkv·x))), stored at its position's row
+  // (a DSpark block keeps its rows to itself).
   std::span<float> kv = arena.Alloc<float>(t_count * head_dim);
-  LinearBf16(wkv_, x, t_count, kv, ctx);
-  for (const BatchRequest& r : requests) {
-    const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
-    for (int32_t t = 0; t < r.num_tokens; ++t) {
-      const int64_t row = r.first_row + t;
-      const int32_t pos = r.start_pos + t;
-      std::span<float> values = kv.subspan(row * head_dim, head_dim);
-      RmsNorm(values, kv_norm_, eps, values);
-      Rope::RotateWith(values, cos_of(row), sin_of(row), /*inverse=*/false);
-      FakeQuantFq8B32(values);
-      EncodeSwaRow(layout.profile, values, cache.RowAt(swa, table, pos));
-    }
-  }
+  WindowKv(x, requests, cos, sin, cache, /*store=*/!block, kv, ctx);
 
   // The keys each request's tokens may attend, decoded once: its window rows from
-  // max(0, start − W + 1) on, and the union of its tokens' selected entries.
+  // max(0, start − W + 1) on (a block: max(0, start − W) .. start − 1, then the block's own rows),
+  // and the union of its tokens' selected entries.
   const int32_t window = config_.sliding_window;
   struct RequestKeys {
     int32_t window_begin = 0;
@@ -218,15 +284,22 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
     const BatchRequest& r = requests[i];
     RequestKeys& k = keys_of[i];
     k = RequestKeys{};
-    k.window_begin = std::max(0, r.start_pos - window + 1);
+    k.window_begin = std::max(0, r.start_pos - window + (block ? 0 : 1));
     const int32_t end = r.start_pos + r.num_tokens;
+    const int32_t stored_end = block ? r.start_pos : end;
     k.window_rows = arena.Alloc<float>(static_cast<size_t>(end - k.window_begin) * head_dim);
-    max_keys = std::max(max_keys, std::min(window, end));
+    max_keys = std::max(max_keys, block ? end - k.window_begin : std::min(window, end));
     const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
-    for (int32_t p = k.window_begin; p < end; ++p) {
+    for (int32_t p = k.window_begin; p < stored_end; ++p) {
       DecodeSwaRow(
           layout.profile, cache.RowAt(swa, table, p),
           k.window_rows.subspan(static_cast<size_t>(p - k.window_begin) * head_dim, head_dim));
+    }
+    if (block) {
+      std::copy_n(
+          kv.begin() + static_cast<size_t>(r.first_row) * head_dim,
+          static_cast<size_t>(r.num_tokens) * head_dim,
+          k.window_rows.begin() + static_cast<size_t>(stored_end - k.window_begin) * head_dim);
     }
     if (source == nullptr) continue;
     const CompressedSelection& sel = selections[i];
@@ -265,8 +338,10 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
       const BatchRequest& r = requests[i];
       const RequestKeys& k = keys_of[i];
       const int32_t pos = r.start_pos + static_cast<int32_t>(t - r.first_row);
+      const int32_t first = block ? k.window_begin : std::max(0, pos - window + 1);
+      const int32_t last = block ? r.start_pos + r.num_tokens - 1 : pos;
       int32_t num_keys = 0;
-      for (int32_t p = std::max(0, pos - window + 1); p <= pos; ++p) {
+      for (int32_t p = first; p <= last; ++p) {
         keys[num_keys++] =
             k.window_rows.data() + static_cast<size_t>(p - k.window_begin) * head_dim;
       }

@@ -31,6 +31,17 @@ namespace dsv41 {
 class ModelWeights;
 class ThreadPool;
 
+// How the new rows of one request see each other and the cache.
+enum class AttentionMode {
+  // model.md §7.2: every new row is stored as the window row of its position and a row at p sees
+  // the window rows max(0, p − W + 1) .. p.
+  kCausal,
+  // model.md §11.4 step 2, a DSpark block: the new rows (positions s .. s + n − 1) are not stored;
+  // every one of them sees the stored window rows max(0, s − W) .. s − 1 in position order, then
+  // all n block rows (non-causal inside the block).
+  kDraftBlock,
+};
+
 // The compressed entries each new token of one request attends (model.md §7.6, §7.8 keys_c):
 // `entries` [num_tokens, per_token] holds entry ids of the layer's kv source in ascending order,
 // −1 for unused slots (the goldens' indexer_topk layout). A view, valid for one Forward call.
@@ -49,11 +60,15 @@ class Attention {
   // tensor.
   static Result<std::unique_ptr<Attention>> Create(const ModelWeights& weights, int32_t layer);
 
-  // The same from an explicit prefix (e.g. "layers.3.attn") and role (DSpark stages pass their
-  // own prefix and an SWA-only role with the main table).
+  // The same from an explicit prefix (e.g. "layers.3.attn") and role.
   static Result<std::unique_ptr<Attention>> Create(const ModelWeights& weights,
                                                    const std::string& prefix,
                                                    const LayerRole& role);
+
+  // The attention of DSpark stage `stage` (model.md §11.1: weights `mtp.<stage>.attn.*`, SWA only,
+  // the main RoPE table), whose window rows are the stage's G_DRAFT rows (KvCacheLayout::draft).
+  static Result<std::unique_ptr<Attention>> CreateDsparkStage(const ModelWeights& weights,
+                                                              int32_t stage);
 
   const LayerRole& role() const { return role_; }
 
@@ -68,13 +83,34 @@ class Attention {
   // each request writes its new window rows into `cache` through its block tables, then attends
   // its own window and, when the role's ratio is > 0, selections[i] of its kv source's entries
   // (selections has one entry per request exactly then; checked).
+  // `mode` says which keys the new rows see (kDraftBlock: DSpark stages only; their rows are
+  // then not stored).
   void Forward(std::span<const float> x, std::span<const float> qr,
                std::span<const BatchRequest> requests, const KvCacheView& cache,
                std::span<const CompressedSelection> selections, std::span<float> out,
-               ExecContext& ctx) const;
+               ExecContext& ctx, AttentionMode mode = AttentionMode::kCausal) const;
+
+  // Stores fq8_b32(rope(RMSNorm(kv_norm, wkv · x))) of each row as the window row of its
+  // request's position (model.md §7.2 steps 1–4 without the attention; DSpark window seeding,
+  // §11.3, where x is main_x). x: [T, hidden_size], rows as `requests` lay them out.
+  void WriteWindowRows(std::span<const float> x, std::span<const BatchRequest> requests,
+                       const KvCacheView& cache, ExecContext& ctx) const;
+
+  // Where this attention's window rows live in `layout`: its layer's SWA rows, or its stage's
+  // draft rows.
+  const KvRowPlace& WindowPlace(const KvCacheLayout& layout) const;
 
  private:
   Attention(const ModelConfig& config, const LayerRole& role, std::string prefix);
+
+  // The cos/sin of every row's position [T, qk_rope_head_dim / 2] each.
+  void RowAngles(std::span<const BatchRequest> requests, std::span<float> cos,
+                 std::span<float> sin) const;
+  // kv [T, head_dim] = fq8_b32(rope(RMSNorm(kv_norm, wkv · x))) at each row's position (§7.2
+  // steps 1–3), each row also encoded into its window row when `store`.
+  void WindowKv(std::span<const float> x, std::span<const BatchRequest> requests,
+                std::span<const float> cos, std::span<const float> sin, const KvCacheView& cache,
+                bool store, std::span<float> kv, ExecContext& ctx) const;
 
   ModelConfig config_;
   LayerRole role_;
@@ -89,6 +125,7 @@ class Attention {
   NormWeight q_norm_;
   NormWeight kv_norm_;
   std::vector<float> attn_sink_;
+  int32_t dspark_stage_ = -1;  // >= 0: a DSpark stage's attention (rows in G_DRAFT)
 };
 
 }  // namespace dsv41

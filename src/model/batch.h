@@ -32,6 +32,9 @@ struct Batch {
   std::vector<int64_t> engram_rows;
   // Rows of token_ids whose logits are wanted, ascending; logits_out holds them in this order.
   std::vector<int32_t> logit_rows;
+  // Rows of token_ids whose DSpark main_hidden (model.md §11.2) is wanted, ascending; empty when
+  // nothing drafts (the forward then records nothing).
+  std::vector<int32_t> main_hidden_rows;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
 };

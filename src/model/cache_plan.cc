@@ -426,9 +426,7 @@ int64_t FixedBlocksPerRequest(const CachePlan& plan, int32_t step_tokens) {
   return (plan.ring_group_idx >= 0 ? 1 : 0) + window_groups * window_ids;
 }
 
-int32_t DecodeStepTokens(const CachePlan& plan) {
-  return plan.options.dspark ? 1 + plan.options.num_speculative_tokens : 1;
-}
+int32_t DecodeStepTokens(const CachePlan& plan) { return 1 + plan.options.num_speculative_tokens; }
 
 PoolSizing SizePool(const CachePlan& plan, uint64_t kv_cache_bytes, const ModelConfig& config) {
   DSV41_CHECK(plan.bytes_per_block_id > 0, "empty cache plan");

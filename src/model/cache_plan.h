@@ -212,7 +212,8 @@ RequestBlockNeed PeakRequestBlockNeed(const CachePlan& plan, int64_t context_tok
 // The context-independent part of PeakRequestBlockNeed (ring, SWA and draft ids) for a request
 // long enough to reach every alignment.
 int64_t FixedBlocksPerRequest(const CachePlan& plan, int32_t step_tokens);
-// Tokens per decode step the plan is sized for: 1 + num_speculative_tokens with DSpark, else 1.
+// Tokens per decode step the plan is sized for: 1 + num_speculative_tokens (a verify step of any
+// drafter; 1 without speculation).
 int32_t DecodeStepTokens(const CachePlan& plan);
 
 // Pool sizing (serving.md §3.8).

@@ -274,6 +274,9 @@ TEST(CachePlanTest, PerRequestNeedMatchesServingSpecExamples) {
 TEST(CachePlanTest, VerifyStepsNeedThreeIdsPerWindowGroup) {
   const CachePlan plan = Plan(ReleasedConfig(), KvProfile::kSeed, /*dspark=*/true, /*spec=*/5);
   EXPECT_EQ(DecodeStepTokens(plan), 6);
+  // The n-gram drafter's verify steps are as long without the draft windows.
+  EXPECT_EQ(DecodeStepTokens(Plan(ReleasedConfig(), KvProfile::kSeed, false, 5)), 6);
+  EXPECT_EQ(DecodeStepTokens(Plan(ReleasedConfig(), KvProfile::kSeed, false, 0)), 1);
   EXPECT_EQ(PeakRequestBlockNeed(plan, 4096, 6).total(), 66);
   EXPECT_EQ(FixedBlocksPerRequest(plan, 6), 34);
   EXPECT_EQ(FixedBlocksPerRequest(plan, 1), 23);  // 1 + 11 × 2

@@ -6,9 +6,34 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "model/hc_block.h"
 #include "model/weights.h"
+#include "numerics/arith.h"
+#include "numerics/codecs.h"
 
 namespace dsv41 {
+namespace {
+
+// model.md §11.2: main_hidden[k][target] = bf16(fp32(Σ_s X[s]) / hc_mult) of the streams of row
+// rows[k] (the stream sum exact, one rounding; the division by a power of two is exact for the
+// release's 4 streams).
+void RecordMainHidden(std::span<const float> x, std::span<const int32_t> rows, int32_t target,
+                      std::span<float> main_hidden, int32_t hc_mult, int64_t dim) {
+  const size_t width = main_hidden.size() / rows.size();
+  const float divisor = static_cast<float>(hc_mult);
+  float streams[kMaxHcMult];
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const float* xt = x.data() + static_cast<size_t>(rows[k]) * hc_mult * dim;
+    float* out = main_hidden.data() + k * width + static_cast<size_t>(target) * dim;
+    for (int64_t d = 0; d < dim; ++d) {
+      for (int32_t s = 0; s < hc_mult; ++s) streams[s] = xt[s * dim + d];
+      out[d] = Bf16Round(ExactSum(std::span<const float>(streams, hc_mult)) / divisor);
+    }
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights) {
   std::unique_ptr<TextModel> model(new TextModel());
   model->config_ = weights.config();
@@ -16,7 +41,6 @@ Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights) 
   model->dims_ = MhcDimsFromConfig(model->config_);
   model->norm_eps_ = static_cast<float>(model->config_.rms_norm_eps);
   DSV41_ASSIGN_OR_RETURN(model->head_, GetHeadWeights(weights));
-  const int64_t hidden = model->config_.hidden_size;
   for (const LayerRole& role : model->plan_.layers) {
     const std::string p = "layers." + std::to_string(role.layer);
     Layer layer;
@@ -34,11 +58,7 @@ Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights) 
     }
     DSV41_ASSIGN_OR_RETURN(Moe moe, Moe::Load(weights, p));
     layer.moe = std::make_unique<Moe>(std::move(moe));
-    DSV41_ASSIGN_OR_RETURN(layer.hc_attn, GetMhcWeights(weights, p + ".hc_attn", model->dims_));
-    DSV41_ASSIGN_OR_RETURN(layer.hc_ffn, GetMhcWeights(weights, p + ".hc_ffn", model->dims_));
-    DSV41_ASSIGN_OR_RETURN(layer.attn_norm,
-                           GetNormWeight(weights, p + ".attn_norm.weight", hidden));
-    DSV41_ASSIGN_OR_RETURN(layer.ffn_norm, GetNormWeight(weights, p + ".ffn_norm.weight", hidden));
+    DSV41_ASSIGN_OR_RETURN(layer.hc, GetHcBlockWeights(weights, p, model->dims_));
     model->layers_.push_back(std::move(layer));
   }
   return model;
@@ -60,8 +80,12 @@ size_t TextModel::StepScratchBytes(int32_t max_tokens) const {
   return static_cast<size_t>(std::max(max_tokens, 1)) * (across + std::max(attention, moe));
 }
 
-Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache,
-                             size_t logits_size) const {
+int64_t TextModel::MainHiddenWidth() const {
+  return static_cast<int64_t>(config_.dspark_target_layer_ids.size()) * config_.hidden_size;
+}
+
+Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache, size_t logits_size,
+                             size_t main_hidden_size) const {
   const int32_t num_tokens = batch.num_tokens();
   const KvCacheLayout* layout = cache.layout;
   if (layout == nullptr || layout->swa.size() != layers_.size() ||
@@ -135,12 +159,26 @@ Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache,
     return InvalidArgumentError("batch: logits buffer of %zu floats, want %zu x %d", logits_size,
                                 batch.logit_rows.size(), config_.vocab_size);
   }
+  prev = -1;
+  for (int32_t r : batch.main_hidden_rows) {
+    if (r <= prev || r >= num_tokens) {
+      return InvalidArgumentError("batch: main_hidden row %d not ascending within [0, %d)", r,
+                                  num_tokens);
+    }
+    prev = r;
+  }
+  if (main_hidden_size != batch.main_hidden_rows.size() * MainHiddenWidth()) {
+    return InvalidArgumentError("batch: main_hidden buffer of %zu floats, want %zu x %lld",
+                                main_hidden_size, batch.main_hidden_rows.size(),
+                                static_cast<long long>(MainHiddenWidth()));
+  }
   return Status();
 }
 
 Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
-                          ExecContext& ctx, ForwardTrace* trace) const {
-  DSV41_RETURN_IF_ERROR(CheckBatch(batch, cache, logits_out.size()));
+                          ExecContext& ctx, ForwardTrace* trace,
+                          std::span<float> main_hidden_out) const {
+  DSV41_RETURN_IF_ERROR(CheckBatch(batch, cache, logits_out.size(), main_hidden_out.size()));
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
   const int64_t num_tokens = batch.num_tokens();
@@ -190,10 +228,13 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
       }
       DSV41_RETURN_IF_ERROR(layer.engram->Forward(layer_rows, num_tokens, x, {}, ctx));
     }
+    if (role.dspark_target_index && !batch.main_hidden_rows.empty()) {
+      RecordMainHidden(x, batch.main_hidden_rows, *role.dspark_target_index, main_hidden_out,
+                       dims_.hc_mult, config_.hidden_size);
+    }
     // §4.4: attention sublayer, collapsed with the incoming pre-mix.
-    ComputeMixRows(x, num_tokens, layer.hc_attn, dims_, mix_attn, ctx);
-    HcPreRows(x, pi, num_tokens, sub_in);
-    RmsNormRows(sub_in, num_tokens, layer.attn_norm, norm_eps_, sub_in);
+    SublayerInput(x, pi, num_tokens, layer.hc.hc_attn, layer.hc.attn_norm, dims_, mix_attn, sub_in,
+                  ctx);
     if (layer.compressor) layer.compressor->Forward(sub_in, batch.requests, cache, ctx);
     layer.attention->QueryLatent(sub_in, static_cast<int32_t>(num_tokens), qr, ctx);
     if (role.ratio > 0) {
@@ -209,27 +250,16 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
       trace->attn_in.insert(trace->attn_in.end(), sub_in.begin(), sub_in.end());
       trace->attn_out.insert(trace->attn_out.end(), sub_out.begin(), sub_out.end());
     }
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      const std::span<float> xt = x.subspan(t * stream, stream);
-      HcPost(sub_out.subspan(t * dim, dim), xt, mix_attn[t], xt);
-    }
+    SublayerOutput(sub_out, mix_attn, num_tokens, dims_, x, pre);
     // FFN sublayer, collapsed with the attention's pre-mix.
-    ComputeMixRows(x, num_tokens, layer.hc_ffn, dims_, mix_ffn, ctx);
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      std::copy_n(mix_attn[t].pre.begin(), hc, pre.begin() + t * hc);
-    }
-    HcPreRows(x, pre, num_tokens, sub_in);
-    RmsNormRows(sub_in, num_tokens, layer.ffn_norm, norm_eps_, sub_in);
+    SublayerInput(x, pre, num_tokens, layer.hc.hc_ffn, layer.hc.ffn_norm, dims_, mix_ffn, sub_in,
+                  ctx);
     layer.moe->Forward(sub_in, num_tokens, sub_out, nullptr, ctx);
     if (trace) {
       trace->ffn_in.insert(trace->ffn_in.end(), sub_in.begin(), sub_in.end());
       trace->ffn_out.insert(trace->ffn_out.end(), sub_out.begin(), sub_out.end());
     }
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      const std::span<float> xt = x.subspan(t * stream, stream);
-      HcPost(sub_out.subspan(t * dim, dim), xt, mix_ffn[t], xt);
-      std::copy_n(mix_ffn[t].pre.begin(), hc, pi.begin() + t * hc);
-    }
+    SublayerOutput(sub_out, mix_ffn, num_tokens, dims_, x, pi);
   }
 
   // §3, §10: final collapse with the last FFN pre-mix, norm and head, for the rows that need it.

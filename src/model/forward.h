@@ -17,6 +17,7 @@
 #include "model/batch.h"
 #include "model/compressor.h"
 #include "model/engram_fusion.h"
+#include "model/hc_block.h"
 #include "model/head.h"
 #include "model/indexer.h"
 #include "model/kv_layout.h"
@@ -61,8 +62,15 @@ class TextModel {
   // cache laid out for another model, a token id outside the vocabulary, bad Engram rows.
   // Temporaries come from ctx.arena (given back before returning); work is split over ctx.pool,
   // whose thread count never changes a bit; weight products accumulate as ctx.numerics says.
+  // main_hidden_out receives [main_hidden_rows.size(), MainHiddenWidth()]: for each of
+  // batch.main_hidden_rows, bf16(fp32(Σ_k X[k]) / hc_mult) of the streams entering each DSpark
+  // target layer (after its Engram fusion), in dspark_target_layer_ids order (model.md §11.2).
   Status Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
-                 ExecContext& ctx, ForwardTrace* trace = nullptr) const;
+                 ExecContext& ctx, ForwardTrace* trace = nullptr,
+                 std::span<float> main_hidden_out = {}) const;
+
+  // Floats of one row of main_hidden: len(dspark_target_layer_ids) × hidden_size.
+  int64_t MainHiddenWidth() const;
 
  private:
   struct Layer {
@@ -72,15 +80,13 @@ class TextModel {
     std::unique_ptr<Indexer> indexer;        // index sources only
     std::unique_ptr<EngramFusion> engram;    // Engram layers only
     std::unique_ptr<Moe> moe;
-    MhcWeights hc_attn;
-    MhcWeights hc_ffn;
-    NormWeight attn_norm;
-    NormWeight ffn_norm;
+    HcBlockWeights hc;
   };
 
   TextModel() = default;
 
-  Status CheckBatch(const Batch& batch, const KvCacheView& cache, size_t logits_size) const;
+  Status CheckBatch(const Batch& batch, const KvCacheView& cache, size_t logits_size,
+                    size_t main_hidden_size) const;
 
   ModelConfig config_;
   LayerPlan plan_;

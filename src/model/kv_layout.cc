@@ -67,6 +67,7 @@ KvCacheLayout LayoutFromPlan(const CachePlan& plan, const ModelConfig& config) {
   layout.num_groups = static_cast<int32_t>(plan.groups.size());
   layout.swa.resize(plan.num_layers);
   layout.sources.resize(plan.num_layers);
+  layout.draft.resize(plan.num_draft_stages);
   for (const CacheSlot& slot : plan.slots) {
     for (const SlotMember& m : slot.members) {
       const KvRowPlace place{.slot = slot.slot_idx,
@@ -91,8 +92,10 @@ KvCacheLayout LayoutFromPlan(const CachePlan& plan, const ModelConfig& config) {
                                                    : source->ring) = place;
           break;
         }
-        case SlotMemberKind::kIndexTail:  // the seed's 2-byte regions: never read
         case SlotMemberKind::kDraft:
+          layout.draft[m.layer] = place;
+          break;
+        case SlotMemberKind::kIndexTail:  // the seed's 2-byte regions: never read
           break;
       }
     }

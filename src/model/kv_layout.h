@@ -45,8 +45,9 @@ struct KvCacheLayout {
   int32_t block_tokens = 0;  // B
   int32_t head_dim = 0;
   int32_t index_head_dim = 0;
-  int32_t num_groups = 0;                              // block tables per request
-  std::vector<KvRowPlace> swa;                         // [layer]: the layer's SWA rows (G_SWA_k)
+  int32_t num_groups = 0;         // block tables per request
+  std::vector<KvRowPlace> swa;    // [layer]: the layer's SWA rows (G_SWA_k)
+  std::vector<KvRowPlace> draft;  // [stage]: DSpark window rows (G_DRAFT); empty without DSpark
   std::vector<std::optional<KvSourcePlaces>> sources;  // [layer]: set on kv sources
 };
 

@@ -43,6 +43,45 @@ std::vector<double> LatencyBuckets() {
           0.75,  1.0,    2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0};
 }
 
+// Speculative decoding (serving.md §7, §11.4), named as vLLM's spec_decode metrics: the counters,
+// and the rates derived from them (0 while nothing was verified). Per-position series exist for
+// the positions a verify step may check (none with speculation off).
+void RenderSpeculative(const EngineStats& e, std::string& out) {
+  Single("dsv41_spec_decode_num_drafts_total",
+         "Verify steps of a request: decode steps that checked at least one draft.", "counter",
+         static_cast<double>(e.num_verifies), out);
+  Single("dsv41_spec_decode_num_draft_tokens_total", "Draft tokens verified.", "counter",
+         static_cast<double>(e.num_draft_tokens), out);
+  Single("dsv41_spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", "counter",
+         static_cast<double>(e.num_accepted_tokens), out);
+  Single("dsv41_spec_decode_acceptance_rate", "Accepted over verified draft tokens (0..1).",
+         "gauge", e.acceptance_rate(), out);
+  Single("dsv41_spec_decode_mean_accepted_length",
+         "Tokens a verify step emits on average: 1 + accepted drafts per verify.", "gauge",
+         e.mean_accepted_length(), out);
+  const auto per_position = [&](std::string_view name, std::string_view help, std::string_view type,
+                                auto value) {
+    if (e.drafts_at_position.empty()) return;
+    Header(name, help, type, out);
+    for (size_t i = 0; i < e.drafts_at_position.size(); ++i) {
+      Sample(name, StrFormat("{position=\"%zu\"}", i), value(i), out);
+    }
+  };
+  per_position("dsv41_spec_decode_num_draft_tokens_per_pos_total",
+               "Verify steps that checked a draft at this position of their block.", "counter",
+               [&](size_t i) { return static_cast<double>(e.drafts_at_position[i]); });
+  per_position("dsv41_spec_decode_num_accepted_tokens_per_pos_total",
+               "Drafts accepted at this position of their block.", "counter",
+               [&](size_t i) { return static_cast<double>(e.accepted_at_position[i]); });
+  const std::vector<double> rates = e.acceptance_rate_at_position();
+  per_position("dsv41_spec_decode_acceptance_rate_per_pos",
+               "Accepted over checked drafts at this position (0..1).", "gauge",
+               [&](size_t i) { return rates[i]; });
+  Single("dsv41_spec_decode_guard_pauses_total",
+         "Times the acceptance guard paused a request's drafting.", "counter",
+         static_cast<double>(e.num_guard_pauses), out);
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> upper_bounds)
@@ -166,6 +205,7 @@ std::string ServerMetrics::RenderPrometheus() const {
            "counter", static_cast<double>(e.num_preemptions), out);
     Single("dsv41_engine_steps_total", "Engine steps run.", "counter",
            static_cast<double>(e.num_steps), out);
+    RenderSpeculative(e, out);
     Header("dsv41_request_success_total", "Requests that ended, by finish reason.", "counter", out);
     for (std::string_view reason : {"stop", "length", "abort"}) {
       const auto it = finished_.find(reason);

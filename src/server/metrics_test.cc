@@ -43,6 +43,41 @@ TEST(ServerMetricsTest, EngineGaugesSplitFreeCachedAndUsedBlocks) {
   EXPECT_NE(out.find("dsv41_num_requests_running 3\n"), std::string::npos);
 }
 
+// The speculative counters and the rates derived from them (serving.md §11.4, vLLM's names):
+// 4 verifies of 2 drafts each, 4 accepted (3 at position 0, 1 at position 1).
+TEST(ServerMetricsTest, SpeculativeCountersRatesAndPerPositionSeries) {
+  ServerMetrics m;
+  EngineStats s;
+  s.num_verifies = 4;
+  s.num_draft_tokens = 8;
+  s.num_accepted_tokens = 4;
+  s.drafts_at_position = {4, 4};
+  s.accepted_at_position = {3, 1};
+  s.num_guard_pauses = 1;
+  m.PublishEngineStats(s);
+  const std::string out = m.RenderPrometheus();
+  for (const char* line :
+       {"# TYPE dsv41_spec_decode_num_draft_tokens_total counter\n",
+        "dsv41_spec_decode_num_drafts_total 4\n", "dsv41_spec_decode_num_draft_tokens_total 8\n",
+        "dsv41_spec_decode_num_accepted_tokens_total 4\n",
+        "dsv41_spec_decode_acceptance_rate 0.5\n", "dsv41_spec_decode_mean_accepted_length 2\n",
+        "dsv41_spec_decode_num_draft_tokens_per_pos_total{position=\"1\"} 4\n",
+        "dsv41_spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 3\n",
+        "dsv41_spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 1\n",
+        "dsv41_spec_decode_acceptance_rate_per_pos{position=\"0\"} 0.75\n",
+        "dsv41_spec_decode_acceptance_rate_per_pos{position=\"1\"} 0.25\n",
+        "dsv41_spec_decode_guard_pauses_total 1\n"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << " missing from:\n" << out;
+  }
+  // Without speculation: the counters at 0, no per-position series.
+  ServerMetrics off;
+  off.PublishEngineStats(EngineStats{});
+  const std::string plain = off.RenderPrometheus();
+  EXPECT_NE(plain.find("dsv41_spec_decode_num_draft_tokens_total 0\n"), std::string::npos);
+  EXPECT_NE(plain.find("dsv41_spec_decode_acceptance_rate 0\n"), std::string::npos);
+  EXPECT_EQ(plain.find("_per_pos"), std::string::npos) << plain;
+}
+
 TEST(SseReaderTest, SplitsEventsAcrossPiecesAndSkipsComments) {
   SseReader r;
   const std::string body = ": ping\n\nevent: a\ndata: {\"x\"\ndata: : 1}\n\ndata: [DONE]\n\n";
