@@ -40,8 +40,9 @@ endfunction()
 
 # dsv41_test(NAME SOURCES ... DEPS ... [LABELS ...] [WHOLE]): a GoogleTest binary registered
 # with CTest, one CTest test per GoogleTest test, each carrying the CTest LABELS (`server`,
-# `dspark`: ctest -L / -LE select by them); WHOLE registers the binary as one CTest test instead
-# (named NAME), so that a heavy fixture it loads once serves all its tests.
+# `dspark`: ctest -L / -LE select by them; `slow`: left out of the sanitizer job). WHOLE
+# registers the binary as one CTest test instead (named NAME), so that a heavy fixture it loads
+# once serves all its tests.
 function(dsv41_test name)
   cmake_parse_arguments(ARG "WHOLE" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
