@@ -61,8 +61,15 @@ class TextModel {
   // cache laid out for another model, a token id outside the vocabulary, bad Engram rows.
   // Temporaries come from ctx.arena (given back before returning); work is split over ctx.pool,
   // whose thread count never changes a bit; weight products accumulate as ctx.numerics says.
+  //
+  // engram_rows: where the step's Engram rows were fetched ahead (engine/engram_prefetch.h); each
+  // Engram layer waits for its own rows right before its fusion, and a storage error ends the
+  // forward with that error (the cache rows of earlier layers are then written; the caller
+  // fails the step's requests). Null: each Engram layer reads batch.engram_rows from the
+  // checkpoint mapping. The logits are the same bits either way.
   Status Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
-                 ExecContext& ctx, ForwardTrace* trace = nullptr) const;
+                 ExecContext& ctx, ForwardTrace* trace = nullptr,
+                 EngramStepRows* engram_rows = nullptr) const;
 
  private:
   struct Layer {
