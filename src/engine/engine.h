@@ -14,6 +14,7 @@
 #include "base/exec_context.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/engram_prefetch.h"
 #include "engine/loaded_model.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -34,6 +35,9 @@ struct EngineOptions {
   int64_t max_model_len = 0;  // 0: max_position_embeddings
   bool enable_prefix_caching = true;
   Numerics numerics = Numerics::kFast;  // --numerics: how weight products accumulate
+  // --engram-prefetch: fetch a step's Engram rows ahead of the forward (off: each Engram layer
+  // reads its rows when it needs them; for measurements only).
+  bool engram_prefetch = true;
 };
 
 // What Engine::Create resolved (printed at start-up).
@@ -75,6 +79,10 @@ struct EngineStats {
   // What the forwards read and computed (ExecStats): stored weight bytes, weight-product MACs.
   uint64_t weight_bytes = 0;
   uint64_t weight_macs = 0;
+  // Engram offload (serving.md §8.7): the prefetcher's and the stores' counters.
+  EngramFetchStats engram_fetch;
+  EngramStoreCounters engram_store;
+  uint64_t failed_steps = 0;  // steps whose requests failed because their rows could not be read
 };
 
 struct AddRequestOptions {
@@ -102,7 +110,9 @@ class Engine {
   // next Step. NotFound for an id that is not running or waiting.
   Status Abort(uint64_t request_id);
   // One engine step. Returns an output for every request that produced tokens or finished.
-  // An error here is a bug or a fault of the whole engine (the forward refused the batch).
+  // An error here is a bug or a fault of the whole engine (the forward refused the batch). When
+  // the step's Engram rows cannot be read (a read error, a short read), the step's requests end
+  // with FinishReason::kError naming the file and tensor, and the engine serves on.
   Result<std::vector<RequestOutput>> Step();
   bool HasUnfinished() const { return !requests_.empty() || !pending_outputs_.empty(); }
   EngineStats stats() const;
@@ -126,6 +136,12 @@ class Engine {
   void Finish(Request& r, FinishReason reason, RequestOutput& out, bool flush_text = true,
               std::string error = {});
   Status BuildBatch(const SchedulerOutput& scheduled, Batch& batch);
+  // The Engram rows of the chunks the prefilling requests of `scheduled` will run next step.
+  void BuildEngramLookAhead(const SchedulerOutput& scheduled);
+  // A step whose Engram rows could not be read: its requests end with `error`, their blocks are
+  // freed unoffered to the prefix cache.
+  void FailStep(const SchedulerOutput& scheduled, const Status& error,
+                std::vector<RequestOutput>& outputs);
 
   const LoadedTextModel& model_;
   EngineOptions options_;
@@ -144,6 +160,8 @@ class Engine {
   std::vector<RequestOutput> pending_outputs_;  // aborts since the last Step
   SamplerScratch sampler_scratch_;
   EngineStats stats_;
+  std::unique_ptr<EngramPrefetcher> engram_prefetch_;  // null without Engram layers
+  std::vector<int64_t> engram_ahead_;                  // look-ahead rows, capacity kept
 };
 
 }  // namespace dsv41
