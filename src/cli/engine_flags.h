@@ -29,11 +29,18 @@ struct EngineFlags {
   int threads = 0;
   std::string numerics = "fast";
   bool no_prefault = false;
+  std::string engram_storage = "mapped";
+  double engram_cache_gib = 1.0;
+  int32_t engram_io_threads = 16;
+  std::string engram_prefetch = "on";
+  bool engram_direct_io = false;
 };
 
 // Adds --block-size, --kv-cache-gib, --num-blocks, --kv-profile, --max-num-seqs,
 // --max-num-batched-tokens, --max-model-len, --no-prefix-caching, -t/--threads, --numerics and
-// --no-prefault.
+// --no-prefault, and the Engram offload flags (serving.md §8.7): --engram-storage
+// resident|mapped|disk, --engram-cache-gib, --engram-io-threads, --engram-prefetch on|off and
+// --engram-direct-io.
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 
 // The options the flags ask for; InvalidArgument naming the flag otherwise.
@@ -46,6 +53,15 @@ int ComputeThreads(const EngineFlags& flags);
 // PrefaultWeights) and says so on stderr — "weights: 5.80 GiB resident (prefaulted; 23.1 GiB
 // were available)" or why not.
 void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags);
+
+// The Engram store options the flags ask for; InvalidArgument naming the flag otherwise.
+Result<EngramStoreOptions> ToEngramStoreOptions(const EngineFlags& flags);
+
+// Opens the model's Engram tables in the tier the flags ask for (the resident copy draws its
+// progress on stderr) and prints the resolved choice on stderr — "engram: disk tier, 2 tables of
+// 8.00 GiB, 1.00 GiB resident (hot-row cache), 16 I/O threads, prefetch on". Nothing for a model
+// without Engram. Errors name the flag, file or tensor.
+Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags);
 
 // "numerics: fast (bf16-dot weight products, fp32 accumulation)" on stderr.
 void PrintNumerics(const EngineOptions& options);
