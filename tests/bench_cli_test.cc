@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "base/json.h"
 #include "cli_runner.h"
@@ -71,6 +72,49 @@ TEST(BenchCliTest, JsonLinesCarryTheRatiosAndTheirParts) {
     ++levels;
   }
   EXPECT_EQ(levels, 2);
+}
+
+// Engram tiers interleaved, cold: one line per (level, tier, prefetch) with the offload keys; the
+// disk tier read rows from the file after each cold drop.
+TEST(BenchCliTest, EngramTiersInterleavedColdCarryTheOffloadKeys) {
+  const std::string dir = TinyModel();
+  const RunResult run = RunCommand(kDsv41Binary + " bench --model " + dir +
+                                   " --prompt-tokens 8 --decode-tokens 3 --repetitions 2 -t 2 "
+                                   "--engram-storage resident,disk --engram-prefetch on,off "
+                                   "--engram-cache-gib 0.001 --cold --json 2>/dev/null");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  std::istringstream lines(run.out);
+  std::string line;
+  std::vector<std::string> configs;
+  while (std::getline(lines, line)) {
+    Result<Json> j = ParseJson(line, "bench line");
+    ASSERT_TRUE(j.ok()) << line;
+    for (const char* key :
+         {"decode_tokens_per_s", "prefill_tokens_per_s", "engram_wait_ms_per_step",
+          "engram_decode_wait_ms_per_step", "engram_cache_hit_rate", "engram_read_mib"}) {
+      ASSERT_TRUE(j->contains(key) && (*j)[key].is_number()) << key << " in " << line;
+    }
+    ASSERT_TRUE(j->contains("engram_storage") && (*j)["engram_storage"].is_string()) << line;
+    const std::string storage = (*j)["engram_storage"].get<std::string>();
+    configs.push_back(storage + "/" + (*j)["engram_prefetch"].get<std::string>());
+    EXPECT_TRUE((*j)["engram_cold"].get<bool>());
+    if (storage == "disk") {
+      EXPECT_GT((*j)["engram_read_mib"].get<double>(), 0.0) << line;
+    }
+  }
+  EXPECT_EQ(configs,
+            (std::vector<std::string>{"resident/on", "resident/off", "disk/on", "disk/off"}));
+}
+
+TEST(BenchCliTest, BadEngramFlagsExit2) {
+  const std::string dir = TinyModel();
+  EXPECT_EQ(RunCommand(kDsv41Binary + " bench --model " + dir + " --engram-storage ssd 2>/dev/null")
+                .exit_code,
+            2);
+  EXPECT_EQ(
+      RunCommand(kDsv41Binary + " bench --model " + dir + " --engram-prefetch maybe 2>/dev/null")
+          .exit_code,
+      2);
 }
 
 TEST(BenchCliTest, BadUsageExits2) {
