@@ -56,7 +56,7 @@ TEST(ServerMetricsTest, EngramOffloadCountersWaitsAndFetchLatency) {
   s.engram_store.rows_fetched = 400;
   s.engram_store.cache_hits = 100;
   s.engram_store.rows_read = 300;
-  s.engram_store.bytes_read = 4096 * 500;
+  s.engram_store.bytes_read = 4096 * 100;
   s.failed_steps = 1;
   m.PublishEngineStats(s);
   const std::string out = m.RenderPrometheus();
@@ -64,7 +64,7 @@ TEST(ServerMetricsTest, EngramOffloadCountersWaitsAndFetchLatency) {
   EXPECT_NE(out.find("dsv41_engram_rows_deduplicated_total 80\n"), std::string::npos);
   EXPECT_NE(out.find("dsv41_engram_rows_cache_hits_total 100\n"), std::string::npos);
   EXPECT_NE(out.find("dsv41_engram_rows_read_total 300\n"), std::string::npos);
-  EXPECT_NE(out.find("dsv41_engram_bytes_read_total 2048000\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_bytes_read_total 409600\n"), std::string::npos);
   EXPECT_NE(out.find("dsv41_engram_cache_hit_rate 0.25\n"), std::string::npos);
   EXPECT_NE(out.find("dsv41_engram_failed_steps_total 1\n"), std::string::npos);
   EXPECT_NE(out.find("dsv41_engram_wait_seconds_total{engram_slot=\"0\"} 1.5\n"),
