@@ -225,6 +225,7 @@ struct DiskEngramRowSource::State {
   size_t value_bytes = 0;
   size_t scale_bytes = 0;
   size_t row_bytes = 0;
+  bool direct_io = false;
 
   std::mutex mutex;  // one fetch at a time; guards everything below
   // The CLOCK hot-row cache: slot s holds row slot_row[s] (values then scales).
@@ -347,6 +348,7 @@ Result<std::unique_ptr<DiskEngramRowSource>> DiskEngramRowSource::Open(
   s.value_bytes = static_cast<size_t>(source->row_dim_);
   s.scale_bytes = s.value_bytes / 32;
   s.row_bytes = s.value_bytes + s.scale_bytes;
+  s.direct_io = options.direct_io;
   const char* suffixes[2] = {".weight", ".scale"};
   for (int32_t f = 0; f < 2; ++f) {
     State::File& file = s.files[f];
@@ -455,6 +457,14 @@ Status DiskEngramRowSource::Fetch(std::span<const int64_t> row_ids, std::span<st
       }
       s.runs.push_back(State::Run{
           .file = file, .first_page = page, .count = 1, .staging_page = static_cast<uint64_t>(i)});
+    }
+    if (!s.direct_io) {
+      // Queue every read with the kernel first (asynchronous read-ahead of exactly these pages),
+      // so the reads are in flight at once even when the I/O threads are slow to be scheduled.
+      for (const State::Run& r : s.runs) {
+        (void)::posix_fadvise(s.files[r.file].fd, static_cast<off_t>(r.first_page * kPageBytes),
+                              static_cast<off_t>(r.count * kPageBytes), POSIX_FADV_WILLNEED);
+      }
     }
     std::fill(s.thread_status.begin(), s.thread_status.end(), OkStatus());
     std::fill(s.thread_bytes.begin(), s.thread_bytes.end(), 0);
