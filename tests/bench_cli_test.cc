@@ -106,6 +106,28 @@ TEST(BenchCliTest, EngramTiersInterleavedColdCarryTheOffloadKeys) {
             (std::vector<std::string>{"resident/on", "resident/off", "disk/on", "disk/off"}));
 }
 
+// Every command that loads a model takes the Engram flags and prints the resolved tier.
+TEST(BenchCliTest, ModelCommandsPrintTheResolvedEngramTier) {
+  const std::string dir = TinyModel();
+  const RunResult logits = RunCommand(kDsv41Binary + " logits --model " + dir +
+                                      " --ids 5,6,7 --top-k 1 -t 2 --engram-storage disk "
+                                      "--engram-cache-gib 0.01 --engram-io-threads 3 2>&1");
+  ASSERT_EQ(logits.exit_code, 0) << logits.out;
+  EXPECT_NE(logits.out.find("engram: disk tier, 2 tables"), std::string::npos) << logits.out;
+  EXPECT_NE(logits.out.find("3 I/O threads per table, prefetch on"), std::string::npos)
+      << logits.out;
+  const RunResult run = RunCommand(kDsv41Binary + " run --model " + dir +
+                                   " -p hi -n 2 -t 2 --engram-storage resident "
+                                   "--engram-prefetch off 2>&1");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_NE(run.out.find("engram: resident tier"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("prefetch off"), std::string::npos) << run.out;
+  const RunResult mapped =
+      RunCommand(kDsv41Binary + " logits --model " + dir + " --ids 5,6 --top-k 1 -t 2 2>&1");
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.out;
+  EXPECT_NE(mapped.out.find("engram: mapped tier"), std::string::npos) << mapped.out;
+}
+
 TEST(BenchCliTest, BadEngramFlagsExit2) {
   const std::string dir = TinyModel();
   EXPECT_EQ(RunCommand(kDsv41Binary + " bench --model " + dir + " --engram-storage ssd 2>/dev/null")
