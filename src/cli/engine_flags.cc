@@ -103,7 +103,7 @@ Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineF
   } else {
     held = "0 GiB resident of its own (the page cache holds hot pages, MADV_RANDOM)";
   }
-  std::fprintf(stderr, "engram: %s tier, %d tables of %.2f GiB, %s, prefetch %s\n",
+  std::fprintf(stderr, "engram: %s tier, %d tables, %.2f GiB in all, %s, prefetch %s\n",
                std::string(EngramTierName(options.tier)).c_str(), storage.num_tables(),
                static_cast<double>(storage.table_bytes()) / gib, held.c_str(),
                flags.engram_prefetch == "off" ? "off (rows read inside the layer)" : "on");

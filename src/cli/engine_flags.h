@@ -58,8 +58,8 @@ void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const Engin
 Result<EngramStoreOptions> ToEngramStoreOptions(const EngineFlags& flags);
 
 // Opens the model's Engram tables in the tier the flags ask for (the resident copy draws its
-// progress on stderr) and prints the resolved choice on stderr — "engram: disk tier, 2 tables of
-// 8.00 GiB, 1.00 GiB resident (hot-row cache), 16 I/O threads, prefetch on". Nothing for a model
+// progress on stderr) and prints the resolved choice on stderr — "engram: disk tier, 2 tables,
+// 8.00 GiB in all, 1.00 GiB resident (hot-row cache), 16 I/O threads, prefetch on". Nothing for a model
 // without Engram. Errors name the flag, file or tensor.
 Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags);
 
