@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "base/json.h"
 #include "cli_runner.h"
@@ -91,6 +92,71 @@ TEST(BenchCliTest, SpeculativeFiguresAreReported) {
         "\"oracle_verify_step_ratio\""}) {
     EXPECT_NE(json.out.find(key), std::string::npos) << key << " missing from:\n" << json.out;
   }
+}
+
+// Engram tiers interleaved, cold: one line per (level, tier, prefetch) with the offload keys; the
+// disk tier read rows from the file after each cold drop.
+TEST(BenchCliTest, EngramTiersInterleavedColdCarryTheOffloadKeys) {
+  const std::string dir = TinyModel();
+  const RunResult run = RunCommand(kDsv41Binary + " bench --model " + dir +
+                                   " --prompt-tokens 8 --decode-tokens 3 --repetitions 2 -t 2 "
+                                   "--engram-storage resident,disk --engram-prefetch on,off "
+                                   "--engram-cache-gib 0.001 --cold --json 2>/dev/null");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  std::istringstream lines(run.out);
+  std::string line;
+  std::vector<std::string> configs;
+  while (std::getline(lines, line)) {
+    Result<Json> j = ParseJson(line, "bench line");
+    ASSERT_TRUE(j.ok()) << line;
+    for (const char* key :
+         {"decode_tokens_per_s", "prefill_tokens_per_s", "engram_wait_ms_per_step",
+          "engram_decode_wait_ms_per_step", "engram_cache_hit_rate", "engram_read_mib"}) {
+      ASSERT_TRUE(j->contains(key) && (*j)[key].is_number()) << key << " in " << line;
+    }
+    ASSERT_TRUE(j->contains("engram_storage") && (*j)["engram_storage"].is_string()) << line;
+    const std::string storage = (*j)["engram_storage"].get<std::string>();
+    configs.push_back(storage + "/" + (*j)["engram_prefetch"].get<std::string>());
+    EXPECT_TRUE((*j)["engram_cold"].get<bool>());
+    if (storage == "disk") {
+      EXPECT_GT((*j)["engram_read_mib"].get<double>(), 0.0) << line;
+    }
+  }
+  EXPECT_EQ(configs,
+            (std::vector<std::string>{"resident/on", "resident/off", "disk/on", "disk/off"}));
+}
+
+// Every command that loads a model takes the Engram flags and prints the resolved tier.
+TEST(BenchCliTest, ModelCommandsPrintTheResolvedEngramTier) {
+  const std::string dir = TinyModel();
+  const RunResult logits = RunCommand(kDsv41Binary + " logits --model " + dir +
+                                      " --ids 5,6,7 --top-k 1 -t 2 --engram-storage disk "
+                                      "--engram-cache-gib 0.01 --engram-io-threads 3 2>&1");
+  ASSERT_EQ(logits.exit_code, 0) << logits.out;
+  EXPECT_NE(logits.out.find("engram: disk tier, 2 tables"), std::string::npos) << logits.out;
+  EXPECT_NE(logits.out.find("3 I/O threads per table, prefetch on"), std::string::npos)
+      << logits.out;
+  const RunResult run = RunCommand(kDsv41Binary + " run --model " + dir +
+                                   " -p hi -n 2 -t 2 --engram-storage resident "
+                                   "--engram-prefetch off 2>&1");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_NE(run.out.find("engram: resident tier"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("prefetch off"), std::string::npos) << run.out;
+  const RunResult mapped =
+      RunCommand(kDsv41Binary + " logits --model " + dir + " --ids 5,6 --top-k 1 -t 2 2>&1");
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.out;
+  EXPECT_NE(mapped.out.find("engram: mapped tier"), std::string::npos) << mapped.out;
+}
+
+TEST(BenchCliTest, BadEngramFlagsExit2) {
+  const std::string dir = TinyModel();
+  EXPECT_EQ(RunCommand(kDsv41Binary + " bench --model " + dir + " --engram-storage ssd 2>/dev/null")
+                .exit_code,
+            2);
+  EXPECT_EQ(
+      RunCommand(kDsv41Binary + " bench --model " + dir + " --engram-prefetch maybe 2>/dev/null")
+          .exit_code,
+      2);
 }
 
 TEST(BenchCliTest, BadUsageExits2) {

@@ -30,6 +30,12 @@
 #ifndef DSV41_ENGINE_PRESET
 #define DSV41_ENGINE_PRESET "tiny"
 #endif
+// The Engram tier every test runs on (the disk variant: a hot-row cache of a few rows, so most
+// rows of a step come from the file and are evicted again, and the history of every chunk,
+// prefix hit and preemption is re-hashed and re-read).
+#ifndef DSV41_ENGINE_ENGRAM_STORAGE
+#define DSV41_ENGINE_ENGRAM_STORAGE "mapped"
+#endif
 
 namespace dsv41 {
 namespace {
@@ -53,6 +59,14 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = new LoadedTextModel(std::move(model).value());
     pool_ = new ThreadPool(2);
+    EngramStoreOptions engram;
+    Result<EngramTier> tier = ParseEngramTier(DSV41_ENGINE_ENGRAM_STORAGE);
+    ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+    engram.tier = *tier;
+    engram.cache_bytes = 4 * 33;  // a few rows
+    engram.io_threads = 3;
+    const Status opened = model_->OpenEngramStorage(engram, *pool_);
+    ASSERT_TRUE(opened.ok()) << opened.ToString();
   }
   static void TearDownTestSuite() {
     delete pool_;

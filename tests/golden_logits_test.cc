@@ -252,6 +252,66 @@ TEST_P(GoldenLogitsTest, EnginePagedLogitsEqualContiguous) {
   }
 }
 
+// The goldens through the engine with the Engram tables on the disk tier (a hot-row cache of a
+// few rows, so most rows come from the file), prefetch on and off: the prompt logits are the
+// contiguous session's bits and within the golden bound at every stable position.
+TEST_P(GoldenLogitsTest, EngineOnTheDiskTierMatchesTheGoldens) {
+  const std::string model_dir = kGoldens + "/checkpoints/" + GetParam().model;
+  const std::string case_dir = kGoldens + "/cases/" + GetParam().model + "/" + GetParam().prompt;
+  Result<LoadedTextModel> m = LoadedTextModel::Load(model_dir);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<int32_t> prompt;
+  for (int64_t id : ReadInts(case_dir + "/input_ids.npy")) {
+    prompt.push_back(static_cast<int32_t>(id));
+  }
+  const std::vector<float> golden = ReadFloats(case_dir + "/logits.npy");
+  const std::vector<float> stability = ReadFloats(case_dir + "/stability_gemm32.npy");
+  OwnedExecContext exec(2);
+  ThreadPool& pool = exec.pool;
+  Session session(*m->model, m->token_map, m->engram);
+  const std::vector<float> want = session.Feed(prompt, exec.ctx);
+  const Status opened = m->OpenEngramStorage(
+      EngramStoreOptions{.tier = EngramTier::kDisk, .cache_bytes = 4096, .io_threads = 4}, pool);
+  ASSERT_TRUE(opened.ok()) << opened.ToString();
+  for (bool prefetch : {true, false}) {
+    SCOPED_TRACE(prefetch ? "prefetch on" : "prefetch off");
+    EngineOptions options;
+    options.num_blocks = 2048;
+    options.max_num_batched_tokens = 7;
+    options.engram_prefetch = prefetch;
+    Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, options, pool);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    SamplingParams params;
+    params.temperature = 0.0f;
+    params.max_tokens = 1;
+    ASSERT_TRUE(
+        (*engine)->AddRequest(prompt, params, AddRequestOptions{.prompt_logits = true}).ok());
+    std::vector<float> got;
+    while ((*engine)->HasUnfinished()) {
+      Result<std::vector<RequestOutput>> outputs = (*engine)->Step();
+      ASSERT_TRUE(outputs.ok()) << outputs.status().ToString();
+      for (const RequestOutput& out : *outputs) {
+        ASSERT_NE(out.finish, FinishReason::kError) << out.error;
+        got.insert(got.end(), out.prompt_logits.begin(), out.prompt_logits.end());
+      }
+    }
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    ASSERT_EQ(got.size(), golden.size());
+    const size_t vocab = got.size() / prompt.size();
+    double max_err = 0;
+    for (size_t p = 0; p < prompt.size(); ++p) {
+      if (stability[p] > 1e-4f) continue;
+      for (size_t v = 0; v < vocab; ++v) {
+        max_err = std::max(
+            max_err, static_cast<double>(std::fabs(got[p * vocab + v] - golden[p * vocab + v])));
+      }
+    }
+    EXPECT_LE(max_err, 1e-3);
+    EXPECT_GT((*engine)->stats().engram_store.rows_read, 0u) << "rows came from the file";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllCases, GoldenLogitsTest, ::testing::ValuesIn(AllGoldenCases()),
                          GoldenCaseName);
 

@@ -156,6 +156,31 @@ TEST(TextCliTest, DraftWritesTheGoldensArrays) {
     for (size_t i = 0; i < g.size(); ++i) max_err = std::max(max_err, std::fabs(g[i] - w[i]));
     EXPECT_LE(max_err, 1e-3f) << name;
   }
+  // The Engram tables on the disk tier (no hot cache), rows fetched ahead or read in the layers:
+  // the same arrays, bit for bit.
+  for (const char* prefetch : {"on", "off"}) {
+    const std::string disk_dir = dir + "_disk_" + prefetch;
+    const RunResult disk = RunCommand(kDsv41Binary + " draft --model " + kModel + " --ids " +
+                                      IdsFlag(PromptIds()) + " --steps 15 --out-dir " + disk_dir +
+                                      " --engram-storage disk --engram-cache-gib 0 " +
+                                      "--engram-prefetch " + prefetch + " 2>&1");
+    ASSERT_EQ(disk.exit_code, 0) << disk.out;
+    EXPECT_NE(disk.out.find("engram: disk tier"), std::string::npos) << disk.out;
+    for (const char* name : {"dspark_ids", "dspark_logits", "dspark_confidence"}) {
+      Result<NpyArray> a = ReadNpy(dir + "/" + name + ".npy");
+      Result<NpyArray> b = ReadNpy(disk_dir + "/" + name + ".npy");
+      ASSERT_TRUE(a.ok() && b.ok()) << name;
+      EXPECT_EQ(a->data, b->data) << name << " with prefetch " << prefetch;
+    }
+  }
+  EXPECT_EQ(RunCommand(kDsv41Binary + " draft --model " + kModel + " --ids 1 --out-dir " + dir +
+                       " --engram-storage ssd 2>/dev/null")
+                .exit_code,
+            2);
+  EXPECT_EQ(RunCommand(kDsv41Binary + " draft --model " + kModel + " --ids 1 --out-dir " + dir +
+                       " --engram-prefetch maybe 2>/dev/null")
+                .exit_code,
+            2);
   EXPECT_EQ(RunCommand(kDsv41Binary + " draft --model " + kModel + " --ids 1,x --out-dir " + dir)
                 .exit_code,
             2);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace dsv41 {
 
@@ -89,6 +90,67 @@ uint64_t PrefaultPages(std::span<const std::byte> bytes) {
     sum += static_cast<uint8_t>(*reinterpret_cast<const volatile std::byte*>(p));
   }
   return sum + static_cast<uint8_t>(bytes[0]);
+}
+
+void AdviseRandomAccess(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(bytes.data());
+  const uintptr_t aligned = begin / page * page;
+  ::madvise(reinterpret_cast<void*>(aligned), begin + bytes.size() - aligned, MADV_RANDOM);
+}
+
+void ReleaseMappedPages(std::span<const std::byte> bytes) {
+  if (bytes.empty()) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(bytes.data());
+  const uintptr_t aligned = begin / page * page;
+  ::madvise(reinterpret_cast<void*>(aligned), begin + bytes.size() - aligned, MADV_DONTNEED);
+}
+
+Status DropFileFromPageCache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError("%s: cannot open: %s", path.c_str(), std::strerror(errno));
+  const int err = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (err != 0) {
+    return IoError("%s: posix_fadvise(DONTNEED): %s", path.c_str(), std::strerror(err));
+  }
+  return OkStatus();
+}
+
+Result<AnonymousMemory> AnonymousMemory::Allocate(size_t size, const std::string& what) {
+  AnonymousMemory memory;
+  if (size == 0) return memory;
+  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (addr == MAP_FAILED) {
+    return IoError("%s: cannot allocate %zu bytes: %s", what.c_str(), size, std::strerror(errno));
+  }
+  memory.data_ = static_cast<std::byte*>(addr);
+  memory.size_ = size;
+#ifdef MADV_HUGEPAGE
+  memory.huge_pages_advised_ = ::madvise(addr, size, MADV_HUGEPAGE) == 0;
+#endif
+  return memory;
+}
+
+AnonymousMemory::AnonymousMemory(AnonymousMemory&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      huge_pages_advised_(other.huge_pages_advised_) {}
+
+AnonymousMemory& AnonymousMemory::operator=(AnonymousMemory&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) ::munmap(data_, size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    huge_pages_advised_ = other.huge_pages_advised_;
+  }
+  return *this;
+}
+
+AnonymousMemory::~AnonymousMemory() {
+  if (data_ != nullptr) ::munmap(data_, size_);
 }
 
 Result<std::string> ReadFileToString(const std::string& path) {

@@ -42,6 +42,40 @@ uint64_t AvailableMemoryBytes();
 // touched (so the reads cannot be elided).
 uint64_t PrefaultPages(std::span<const std::byte> bytes);
 
+// Tells the kernel that `bytes` (inside a mapping) are read at random (MADV_RANDOM): no
+// read-ahead around a faulting page. Best effort.
+void AdviseRandomAccess(std::span<const std::byte> bytes);
+
+// Releases this process's page-table references to `bytes` (inside a read-only file mapping;
+// MADV_DONTNEED): later reads fault the pages in again, from the page cache or the file.
+void ReleaseMappedPages(std::span<const std::byte> bytes);
+
+// Drops the clean pages of `path` from the page cache (posix_fadvise POSIX_FADV_DONTNEED), for
+// cold-start measurements. Errors name the path.
+Status DropFileFromPageCache(const std::string& path);
+
+// Anonymous, page-aligned, read-write memory of `size` bytes (mmap), with transparent huge pages
+// asked for (MADV_HUGEPAGE; best effort). Move-only; unmaps on destruction.
+class AnonymousMemory {
+ public:
+  // IoError naming `what` and the size when the mapping fails.
+  static Result<AnonymousMemory> Allocate(size_t size, const std::string& what);
+  AnonymousMemory() = default;
+  AnonymousMemory(AnonymousMemory&& other) noexcept;
+  AnonymousMemory& operator=(AnonymousMemory&& other) noexcept;
+  AnonymousMemory(const AnonymousMemory&) = delete;
+  AnonymousMemory& operator=(const AnonymousMemory&) = delete;
+  ~AnonymousMemory();
+
+  std::span<std::byte> bytes() const { return {data_, size_}; }
+  bool huge_pages_advised() const { return huge_pages_advised_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+  bool huge_pages_advised_ = false;
+};
+
 // Reads a whole file into a string. Errors name the path.
 Result<std::string> ReadFileToString(const std::string& path);
 

@@ -172,6 +172,19 @@ Result<TensorView> Checkpoint::Get(std::string_view name) const {
   return *std::move(view);
 }
 
+Result<TensorFileRange> Checkpoint::Locate(std::string_view name) const {
+  const auto it = locations_.find(std::string(name));
+  if (it == locations_.end()) {
+    return NotFoundError("%s: no tensor '%.*s'", dir_.c_str(), static_cast<int>(name.size()),
+                         name.data());
+  }
+  const SafetensorsFile& shard = shards_[it->second.shard_idx];
+  const TensorInfo& info = shard.tensors()[it->second.tensor_idx];
+  return TensorFileRange{.path = shard.path(),
+                         .offset = shard.data_start() + info.begin,
+                         .size = info.end - info.begin};
+}
+
 ShardedCheckpointWriter::ShardedCheckpointWriter(std::string dir, ShardingOptions options)
     : dir_(std::move(dir)), options_(options) {}
 

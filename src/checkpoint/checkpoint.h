@@ -20,6 +20,13 @@ namespace dsv41 {
 inline constexpr std::string_view kCheckpointIndexFile = "model.safetensors.index.json";
 inline constexpr std::string_view kSingleFileCheckpoint = "model.safetensors";
 
+// Where a tensor's bytes sit on disk: for readers that bypass the mapping (pread, O_DIRECT).
+struct TensorFileRange {
+  std::string path;     // the shard file
+  uint64_t offset = 0;  // file offset of the tensor's first byte
+  uint64_t size = 0;    // the tensor's byte size
+};
+
 // All tensors of a checkpoint directory (checkpoint.md §1–§2), memory-mapped. Move-only; every
 // TensorView it returns stays valid while it lives. Thread-safe to read.
 class Checkpoint {
@@ -47,6 +54,8 @@ class Checkpoint {
   std::optional<TensorView> Find(std::string_view name) const;
   // The tensor called `name`, or NotFound naming the directory and the tensor.
   Result<TensorView> Get(std::string_view name) const;
+  // The shard file and byte range of the tensor called `name`, or NotFound as Get.
+  Result<TensorFileRange> Locate(std::string_view name) const;
 
  private:
   struct Location {

@@ -10,12 +10,19 @@
 // one, same prompts) and reports its decode tokens/s, the speed-up, the draft acceptance rate (per
 // position too), the mean accepted length and a verify step's time over a plain decode step's.
 // Medians over repetitions; figures on stdout (text, or one JSON object per level with --json).
+//
+// Engram offload (serving.md §8.6): --engram-storage and --engram-prefetch take comma lists
+// (e.g. resident,disk and on,off); every combination is measured with its repetitions
+// interleaved (one repetition of each in turn, so drift of a shared machine hits all alike), and
+// --cold drops the table files from the page cache and empties the hot-row cache before every
+// repetition. Each tier is opened once.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,8 +44,15 @@ struct BenchFlags {
   int32_t repetitions = 5;
   std::string concurrency = "1";
   bool json = false;
+  bool cold = false;
   bool oracle = false;  // also measure the verify path with drafts that are always right
   EngineFlags engine;
+};
+
+// One measured configuration: an Engram tier and prefetch on or off.
+struct BenchConfig {
+  std::string storage;
+  std::string prefetch;
 };
 
 double Median(std::vector<double> v) {
@@ -56,6 +70,10 @@ struct LevelTimes {
   double prefill_flops_per_s = 0;   // 2 × weight-product MACs until the last first token / time
   double decode_weight_bytes_per_s = 0;  // weight bytes read after the last first token / time
   double decode_weight_bytes_per_token = 0;
+  double engram_wait_ms_per_step = 0;         // the forward's wait for rows, all steps
+  double engram_decode_wait_ms_per_step = 0;  // the same over the decode steps
+  double engram_cache_hit_rate = 0;           // hot-row cache hits / rows fetched (disk tier)
+  double engram_read_mib = 0;                 // bytes read from the table files
   // Durations of the steps after every request's first token: those without a verify (plain
   // decode steps) and those with one (draft forward included).
   std::vector<double> plain_step_s;
@@ -63,6 +81,12 @@ struct LevelTimes {
   EngineStats stats;
   std::vector<std::vector<int32_t>> outputs;  // per stream, in stream order
 };
+
+double TotalWaitMs(const EngineStats& s) {
+  double total = 0;
+  for (double ms : s.engram_fetch.wait_ms_per_layer) total += ms;
+  return total;
+}
 
 // A synthetic prompt for stream `stream`: ids spread over the vocabulary, different per stream so
 // nothing is shared through the prefix cache (the speed does not depend on the ids). Repetitive:
@@ -87,6 +111,8 @@ Result<LevelTimes> RunLevel(const LoadedTextModel& m, const EngineOptions& optio
   params.max_tokens = flags.decode_tokens + 1;  // the first token ends the prefill
   params.ignore_eos = true;
   const int32_t streams = static_cast<int32_t>(prompts.size());
+  const EngramStoreCounters store_at_start =
+      engine->stats().engram_store;  // stores outlive engines
   const Clock::time_point start = Clock::now();
   std::map<uint64_t, std::vector<double>> token_times;  // per request, seconds from the start
   // Engine counters when the last request got its first token (the end of the prefill).
@@ -141,6 +167,19 @@ Result<LevelTimes> RunLevel(const LoadedTextModel& m, const EngineOptions& optio
   const double decode_bytes = static_cast<double>(at_end.weight_bytes - at_last_first.weight_bytes);
   times.decode_weight_bytes_per_s = decode_bytes / std::max(end - last_first, 1e-9);
   times.decode_weight_bytes_per_token = decoded > 0 ? decode_bytes / decoded : 0.0;
+  times.engram_wait_ms_per_step =
+      TotalWaitMs(at_end) / static_cast<double>(std::max<uint64_t>(1, at_end.num_steps));
+  times.engram_decode_wait_ms_per_step =
+      (TotalWaitMs(at_end) - TotalWaitMs(at_last_first)) /
+      static_cast<double>(std::max<uint64_t>(1, at_end.num_steps - at_last_first.num_steps));
+  const EngramStoreCounters& store = at_end.engram_store;
+  const uint64_t fetched = store.rows_fetched - store_at_start.rows_fetched;
+  times.engram_cache_hit_rate =
+      fetched > 0 ? static_cast<double>(store.cache_hits - store_at_start.cache_hits) /
+                        static_cast<double>(fetched)
+                  : 0.0;
+  times.engram_read_mib =
+      static_cast<double>(store.bytes_read - store_at_start.bytes_read) / (1 << 20);
   return times;
 }
 
@@ -228,15 +267,42 @@ struct SpecFigures {
   }
 };
 
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) items.push_back(item);
+  return items;
+}
+
 int RunBench(const BenchFlags& flags) {
   Result<std::vector<int32_t>> levels = ParseIntList(flags.concurrency, "--concurrency", 1, 4096);
-  Result<EngineOptions> options = ToEngineOptions(flags.engine);
+  std::vector<BenchConfig> configs;
+  for (const std::string& storage : SplitList(flags.engine.engram_storage)) {
+    for (const std::string& prefetch : SplitList(flags.engine.engram_prefetch)) {
+      configs.push_back(BenchConfig{storage, prefetch});
+    }
+  }
+  std::vector<EngineOptions> config_options;
+  Status bad_flag = configs.empty() ? InvalidArgumentError("--engram-storage is empty") : Status();
+  for (const BenchConfig& c : configs) {
+    EngineFlags one = flags.engine;
+    one.engram_storage = c.storage;
+    one.engram_prefetch = c.prefetch;
+    Result<EngineOptions> options = ToEngineOptions(one);
+    if (!options.ok()) {
+      bad_flag = options.status();
+      break;
+    }
+    config_options.push_back(*options);
+  }
   if (flags.prompt_tokens < 1 || flags.decode_tokens < 1 || flags.repetitions < 1 || !levels.ok() ||
-      !options.ok()) {
+      !bad_flag.ok()) {
     std::fprintf(stderr,
                  "dsv41 bench: want --prompt-tokens >= 1, --decode-tokens >= 1, "
                  "--repetitions >= 1, --concurrency N[,N...] and valid engine flags%s%s\n",
                  levels.ok() ? "" : ": ", levels.ok() ? "" : levels.status().message().c_str());
+    if (!bad_flag.ok()) std::fprintf(stderr, "dsv41 bench: %s\n", bad_flag.ToString().c_str());
     return 2;
   }
   Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
@@ -247,6 +313,19 @@ int RunBench(const BenchFlags& flags) {
   const int threads = ComputeThreads(flags.engine);
   ThreadPool pool(threads);
   PrefaultWeights(*m, pool, flags.engine);
+  // Each tier opened once; the engine of a repetition uses the one its configuration names.
+  std::map<std::string, std::unique_ptr<EngramStorage>> storages;
+  for (const BenchConfig& c : configs) {
+    if (storages.count(c.storage) != 0) continue;
+    EngineFlags one = flags.engine;
+    one.engram_storage = c.storage;
+    one.engram_prefetch = c.prefetch;
+    if (const Status s = OpenEngramStorage(*m, pool, one); !s.ok()) {
+      std::fprintf(stderr, "dsv41 bench: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    storages[c.storage] = std::move(m->engram_storage);
+  }
   const MachineLimits limits = MeasureMachineLimits(pool);
   const double roof = limits.compute_roof_flops_per_second();
 
@@ -256,121 +335,162 @@ int RunBench(const BenchFlags& flags) {
     std::printf("  %-32s %d\n", "threads", threads);
     std::printf("  %-32s %d\n", "prompt_tokens", flags.prompt_tokens);
     std::printf("  %-32s %d\n", "decode_tokens", flags.decode_tokens);
+    std::printf("  %-32s %s\n", "engram_cold", flags.cold ? "yes" : "no");
     std::printf("  %-32s %.3f\n", "read_bandwidth_gb_per_s", limits.read_bytes_per_second / 1e9);
     std::printf("  %-32s %.1f\n", "fma_peak_gflops", limits.fma_flops_per_second / 1e9);
     std::printf("  %-32s %.1f\n", "bf16_dot_peak_gflops", limits.bf16_dot_flops_per_second / 1e9);
   }
-  // --speculative X runs every repetition twice, interleaved: off, then X (then, with --oracle,
-  // the verify path with drafts that are always right), on the same prompts.
-  const SpeculativeMethod method = options->speculative.method;
-  EngineOptions off_options = *options;
-  off_options.speculative = SpeculativeOptions{};
-  double single_stream_decode = 0;
+  // Every repetition runs each configuration in turn (interleaved) and, with --speculative X,
+  // each of them twice: off, then X (then, with --oracle, the verify path with drafts that are
+  // always right), on the same prompts.
+  const SpeculativeMethod method = config_options.front().speculative.method;
+  std::vector<double> single_stream_decode(configs.size(), 0.0);
   for (int32_t streams : *levels) {
     std::vector<std::vector<int32_t>> prompts;
     for (int32_t i = 0; i < streams; ++i) {
       prompts.push_back(SyntheticPrompt(i, flags.prompt_tokens, m->config().vocab_size,
                                         method == SpeculativeMethod::kNgram));
     }
-    std::vector<double> ttft, tpot, prefill_tps, decode_tps, prefill_flops, decode_bps,
-        decode_bytes_per_token, plain_steps;
-    SpecFigures spec, oracle;
+    std::vector<std::vector<LevelTimes>> runs(configs.size());
+    std::vector<SpecFigures> spec(configs.size()), oracle(configs.size());
     for (int32_t r = 0; r < flags.repetitions; ++r) {
-      Result<LevelTimes> times = RunLevel(*m, off_options, pool, flags, prompts);
-      if (!times.ok()) {
-        std::fprintf(stderr, "dsv41 bench: %s\n", times.status().ToString().c_str());
-        return 1;
-      }
-      ttft.insert(ttft.end(), times->ttft_s.begin(), times->ttft_s.end());
-      tpot.insert(tpot.end(), times->tpot_s.begin(), times->tpot_s.end());
-      prefill_tps.push_back(times->prefill_tokens_per_s);
-      decode_tps.push_back(times->decode_tokens_per_s);
-      prefill_flops.push_back(times->prefill_flops_per_s);
-      decode_bps.push_back(times->decode_weight_bytes_per_s);
-      decode_bytes_per_token.push_back(times->decode_weight_bytes_per_token);
-      plain_steps.insert(plain_steps.end(), times->plain_step_s.begin(), times->plain_step_s.end());
-      std::fprintf(stderr, "concurrency %d, repetition %d/%d: decode %.2f tok/s\n", streams, r + 1,
-                   flags.repetitions, times->decode_tokens_per_s);
-      if (method != SpeculativeMethod::kOff) {
-        Result<LevelTimes> spec_times = RunLevel(*m, *options, pool, flags, prompts);
-        if (!spec_times.ok()) {
-          std::fprintf(stderr, "dsv41 bench: %s\n", spec_times.status().ToString().c_str());
+      for (size_t c = 0; c < configs.size(); ++c) {  // interleaved
+        std::unique_ptr<EngramStorage>& storage = storages[configs[c].storage];
+        // One run of this configuration, the storage lent to the model meanwhile.
+        const auto run = [&](const EngineOptions& options) -> Result<LevelTimes> {
+          if (flags.cold && storage != nullptr) DSV41_RETURN_IF_ERROR(storage->DropCaches());
+          m->engram_storage = std::move(storage);
+          Result<LevelTimes> times = RunLevel(*m, options, pool, flags, prompts);
+          storage = std::move(m->engram_storage);
+          return times;
+        };
+        EngineOptions off_options = config_options[c];
+        off_options.speculative = SpeculativeOptions{};
+        Result<LevelTimes> times = run(off_options);
+        if (!times.ok()) {
+          std::fprintf(stderr, "dsv41 bench: %s\n", times.status().ToString().c_str());
           return 1;
         }
-        spec.Add(*spec_times);
-        std::fprintf(stderr, "  --speculative %s: decode %.2f tok/s, acceptance %.3f\n",
-                     std::string(SpeculativeMethodName(method)).c_str(),
-                     spec_times->decode_tokens_per_s, spec_times->stats.acceptance_rate());
-      }
-      if (flags.oracle) {
-        EngineOptions oracle_options = *options;
-        if (method == SpeculativeMethod::kOff) {
-          oracle_options.speculative.method = SpeculativeMethod::kNgram;
+        std::fprintf(stderr,
+                     "concurrency %d, engram %s prefetch %s, repetition %d/%d: decode %.2f tok/s, "
+                     "prefill %.2f tok/s, engram wait %.3f ms/step\n",
+                     streams, configs[c].storage.c_str(), configs[c].prefetch.c_str(), r + 1,
+                     flags.repetitions, times->decode_tokens_per_s, times->prefill_tokens_per_s,
+                     times->engram_wait_ms_per_step);
+        if (method != SpeculativeMethod::kOff) {
+          Result<LevelTimes> spec_times = run(config_options[c]);
+          if (!spec_times.ok()) {
+            std::fprintf(stderr, "dsv41 bench: %s\n", spec_times.status().ToString().c_str());
+            return 1;
+          }
+          spec[c].Add(*spec_times);
+          std::fprintf(stderr, "  --speculative %s: decode %.2f tok/s, acceptance %.3f\n",
+                       std::string(SpeculativeMethodName(method)).c_str(),
+                       spec_times->decode_tokens_per_s, spec_times->stats.acceptance_rate());
         }
-        oracle_options.speculative.custom_drafter = ContinuationDrafter(prompts, times->outputs);
-        oracle_options.speculative.min_acceptance = 0.0;  // it always hits: draft every step
-        Result<LevelTimes> oracle_times = RunLevel(*m, oracle_options, pool, flags, prompts);
-        if (!oracle_times.ok()) {
-          std::fprintf(stderr, "dsv41 bench: %s\n", oracle_times.status().ToString().c_str());
-          return 1;
+        if (flags.oracle) {
+          EngineOptions oracle_options = config_options[c];
+          if (method == SpeculativeMethod::kOff) {
+            oracle_options.speculative.method = SpeculativeMethod::kNgram;
+          }
+          oracle_options.speculative.custom_drafter = ContinuationDrafter(prompts, times->outputs);
+          oracle_options.speculative.min_acceptance = 0.0;  // it always hits: draft every step
+          Result<LevelTimes> oracle_times = run(oracle_options);
+          if (!oracle_times.ok()) {
+            std::fprintf(stderr, "dsv41 bench: %s\n", oracle_times.status().ToString().c_str());
+            return 1;
+          }
+          oracle[c].Add(*oracle_times);
+          std::fprintf(stderr, "  oracle drafts: decode %.2f tok/s\n",
+                       oracle_times->decode_tokens_per_s);
         }
-        oracle.Add(*oracle_times);
-        std::fprintf(stderr, "  oracle drafts: decode %.2f tok/s\n",
-                     oracle_times->decode_tokens_per_s);
+        runs[c].push_back(std::move(times).value());
       }
     }
-    const double decode = Median(decode_tps);
-    if (streams == 1) single_stream_decode = decode;
-    const double weight_read_bps = Median(decode_bps);
-    const double ratio =
-        limits.read_bytes_per_second > 0 ? weight_read_bps / limits.read_bytes_per_second : 0.0;
-    const double gflops = Median(prefill_flops) / 1e9;
-    const double roof_ratio = roof > 0 ? Median(prefill_flops) / roof : 0.0;
-    const double plain_step = plain_steps.empty() ? 0.0 : Median(plain_steps);
-    if (flags.json) {
-      OrderedJson line;
-      line["concurrency"] = streams;
-      line["decode_tokens_per_s"] = decode;
-      line["tpot_ms_median"] = Median(tpot) * 1e3;
-      line["ttft_ms_median"] = Median(ttft) * 1e3;
-      line["prefill_tokens_per_s"] = Median(prefill_tps);
-      line["threads"] = threads;
-      line["decode_weight_bytes_per_token"] = Median(decode_bytes_per_token);
-      line["decode_weight_gb_per_s"] = weight_read_bps / 1e9;
-      line["read_bandwidth_gb_per_s"] = limits.read_bytes_per_second / 1e9;
-      line["read_bandwidth_ratio"] = ratio;
-      line["prefill_gflops"] = gflops;
-      line["fma_roof_gflops"] = roof / 1e9;
-      line["prefill_roof_ratio"] = roof_ratio;
-      if (single_stream_decode > 0) line["decode_vs_one_stream"] = decode / single_stream_decode;
+    for (size_t c = 0; c < configs.size(); ++c) {
+      std::vector<double> ttft, tpot, prefill_tps, decode_tps, prefill_flops, decode_bps,
+          decode_bytes_per_token, wait, decode_wait, hit_rate, read_mib, plain_steps;
+      for (const LevelTimes& t : runs[c]) {
+        ttft.insert(ttft.end(), t.ttft_s.begin(), t.ttft_s.end());
+        tpot.insert(tpot.end(), t.tpot_s.begin(), t.tpot_s.end());
+        prefill_tps.push_back(t.prefill_tokens_per_s);
+        decode_tps.push_back(t.decode_tokens_per_s);
+        prefill_flops.push_back(t.prefill_flops_per_s);
+        decode_bps.push_back(t.decode_weight_bytes_per_s);
+        decode_bytes_per_token.push_back(t.decode_weight_bytes_per_token);
+        wait.push_back(t.engram_wait_ms_per_step);
+        decode_wait.push_back(t.engram_decode_wait_ms_per_step);
+        hit_rate.push_back(t.engram_cache_hit_rate);
+        read_mib.push_back(t.engram_read_mib);
+        plain_steps.insert(plain_steps.end(), t.plain_step_s.begin(), t.plain_step_s.end());
+      }
+      const double decode = Median(decode_tps);
+      if (streams == 1) single_stream_decode[c] = decode;
+      const double weight_read_bps = Median(decode_bps);
+      const double ratio =
+          limits.read_bytes_per_second > 0 ? weight_read_bps / limits.read_bytes_per_second : 0.0;
+      const double gflops = Median(prefill_flops) / 1e9;
+      const double roof_ratio = roof > 0 ? Median(prefill_flops) / roof : 0.0;
+      const double plain_step = plain_steps.empty() ? 0.0 : Median(plain_steps);
+      if (flags.json) {
+        OrderedJson line;
+        line["concurrency"] = streams;
+        line["engram_storage"] = configs[c].storage;
+        line["engram_prefetch"] = configs[c].prefetch;
+        line["engram_cold"] = flags.cold;
+        line["decode_tokens_per_s"] = decode;
+        line["tpot_ms_median"] = Median(tpot) * 1e3;
+        line["ttft_ms_median"] = Median(ttft) * 1e3;
+        line["prefill_tokens_per_s"] = Median(prefill_tps);
+        line["engram_wait_ms_per_step"] = Median(wait);
+        line["engram_decode_wait_ms_per_step"] = Median(decode_wait);
+        line["engram_cache_hit_rate"] = Median(hit_rate);
+        line["engram_read_mib"] = Median(read_mib);
+        line["threads"] = threads;
+        line["decode_weight_bytes_per_token"] = Median(decode_bytes_per_token);
+        line["decode_weight_gb_per_s"] = weight_read_bps / 1e9;
+        line["read_bandwidth_gb_per_s"] = limits.read_bytes_per_second / 1e9;
+        line["read_bandwidth_ratio"] = ratio;
+        line["prefill_gflops"] = gflops;
+        line["fma_roof_gflops"] = roof / 1e9;
+        line["prefill_roof_ratio"] = roof_ratio;
+        if (single_stream_decode[c] > 0) {
+          line["decode_vs_one_stream"] = decode / single_stream_decode[c];
+        }
+        if (method != SpeculativeMethod::kOff) {
+          line["speculative"] = std::string(SpeculativeMethodName(method));
+          spec[c].ToJson("", decode, plain_step, line);
+        }
+        if (flags.oracle) oracle[c].ToJson("oracle_", decode, plain_step, line);
+        std::printf("%s\n", line.dump().c_str());
+        continue;
+      }
+      std::printf("  concurrency %d, engram %s, prefetch %s\n", streams, configs[c].storage.c_str(),
+                  configs[c].prefetch.c_str());
+      std::printf("    %-30s %.3f\n", "time_to_first_token_ms", Median(ttft) * 1e3);
+      std::printf("    %-30s %.2f\n", "prefill_tokens_per_s", Median(prefill_tps));
+      std::printf("    %-30s %.2f\n", "decode_tokens_per_s", decode);
+      std::printf("    %-30s %.3f\n", "decode_ms_per_token", Median(tpot) * 1e3);
+      std::printf("    %-30s %.3f\n", "engram_wait_ms_per_step", Median(wait));
+      std::printf("    %-30s %.3f\n", "engram_decode_wait_ms_per_step", Median(decode_wait));
+      std::printf("    %-30s %.3f\n", "engram_cache_hit_rate", Median(hit_rate));
+      std::printf("    %-30s %.2f\n", "engram_read_mib", Median(read_mib));
+      std::printf("    %-30s %.2f\n", "decode_weight_mib_per_token",
+                  Median(decode_bytes_per_token) / (1 << 20));
+      std::printf("    %-30s %.3f\n", "decode_weight_gb_per_s", weight_read_bps / 1e9);
+      std::printf("    %-30s %.4f\n", "read_bandwidth_ratio", ratio);
+      std::printf("    %-30s %.1f\n", "prefill_gflops", gflops);
+      std::printf("    %-30s %.4f\n", "prefill_roof_ratio", roof_ratio);
+      if (single_stream_decode[c] > 0 && streams > 1) {
+        std::printf("    %-30s %.2f\n", "decode_vs_one_stream", decode / single_stream_decode[c]);
+      }
       if (method != SpeculativeMethod::kOff) {
-        line["speculative"] = std::string(SpeculativeMethodName(method));
-        spec.ToJson("", decode, plain_step, line);
+        std::printf("    %-30s %s\n", "speculative",
+                    std::string(SpeculativeMethodName(method)).c_str());
+        spec[c].Print("", decode, plain_step);
       }
-      if (flags.oracle) oracle.ToJson("oracle_", decode, plain_step, line);
-      std::printf("%s\n", line.dump().c_str());
-      continue;
+      if (flags.oracle) oracle[c].Print("oracle_", decode, plain_step);
     }
-    std::printf("  concurrency %d\n", streams);
-    std::printf("    %-30s %.3f\n", "time_to_first_token_ms", Median(ttft) * 1e3);
-    std::printf("    %-30s %.2f\n", "prefill_tokens_per_s", Median(prefill_tps));
-    std::printf("    %-30s %.2f\n", "decode_tokens_per_s", decode);
-    std::printf("    %-30s %.3f\n", "decode_ms_per_token", Median(tpot) * 1e3);
-    std::printf("    %-30s %.2f\n", "decode_weight_mib_per_token",
-                Median(decode_bytes_per_token) / (1 << 20));
-    std::printf("    %-30s %.3f\n", "decode_weight_gb_per_s", weight_read_bps / 1e9);
-    std::printf("    %-30s %.4f\n", "read_bandwidth_ratio", ratio);
-    std::printf("    %-30s %.1f\n", "prefill_gflops", gflops);
-    std::printf("    %-30s %.4f\n", "prefill_roof_ratio", roof_ratio);
-    if (single_stream_decode > 0 && streams > 1) {
-      std::printf("    %-30s %.2f\n", "decode_vs_one_stream", decode / single_stream_decode);
-    }
-    if (method != SpeculativeMethod::kOff) {
-      std::printf("    %-30s %s\n", "speculative",
-                  std::string(SpeculativeMethodName(method)).c_str());
-      spec.Print("", decode, plain_step);
-    }
-    if (flags.oracle) oracle.Print("oracle_", decode, plain_step);
   }
   return 0;
 }
@@ -389,7 +509,11 @@ std::function<int()> SetupBench(CLI::App& sub) {
   sub.add_option("--concurrency", flags->concurrency,
                  "comma-separated numbers of simultaneous requests, e.g. 1,8")
       ->capture_default_str();
-  sub.add_flag("--json", flags->json, "one JSON object per concurrency level on stdout");
+  sub.add_flag("--json", flags->json,
+               "one JSON object per concurrency level (and Engram configuration) on stdout");
+  sub.add_flag("--cold", flags->cold,
+               "before every repetition drop the Engram table files from the page cache "
+               "(posix_fadvise DONTNEED) and empty the hot-row cache");
   sub.add_flag("--oracle", flags->oracle,
                "also run the verify path with drafts that are always right (the plain run's "
                "tokens; the drafter's own cost excluded)");

@@ -29,11 +29,17 @@ struct DraftFlags {
   std::string out_dir;
   int threads = 1;
   std::string numerics = "fast";
+  EngineFlags engram;  // only its Engram offload fields are set (AddEngramFlags)
 };
 
 int RunDraft(const DraftFlags& flags) {
   Result<std::vector<int32_t>> ids = ParseIntList(flags.ids, "--ids", 0, INT32_MAX);
   Result<Numerics> numerics = ParseNumerics(flags.numerics);
+  const std::string& prefetch = flags.engram.engram_prefetch;
+  if (prefetch != "on" && prefetch != "off") {
+    std::fprintf(stderr, "dsv41 draft: --engram-prefetch '%s': want on or off\n", prefetch.c_str());
+    return 2;
+  }
   if (!ids.ok() || !numerics.ok() || flags.steps < 1 || flags.threads < 1) {
     std::fprintf(stderr, "dsv41 draft: %s\n",
                  !ids.ok()        ? ids.status().ToString().c_str()
@@ -47,7 +53,12 @@ int RunDraft(const DraftFlags& flags) {
     return 1;
   }
   OwnedExecContext exec(flags.threads, *numerics);
-  Result<DraftDump> dump = DumpDrafts(*m, *ids, flags.steps, exec.ctx);
+  if (const Status engram = OpenEngramStorage(*m, exec.pool, flags.engram); !engram.ok()) {
+    std::fprintf(stderr, "dsv41 draft: %s\n", engram.ToString().c_str());
+    return engram.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  Result<DraftDump> dump =
+      DumpDrafts(*m, *ids, flags.steps, exec.ctx, flags.engram.engram_prefetch == "on");
   if (!dump.ok()) {
     std::fprintf(stderr, "dsv41 draft: %s\n", dump.status().ToString().c_str());
     return dump.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -88,6 +99,7 @@ std::function<int()> SetupDraft(CLI::App& sub) {
                  "weight products: fast, reference (exact accumulation: the goldens' bits), fma or "
                  "bf16-dot")
       ->capture_default_str();
+  AddEngramFlags(sub, flags->engram);
   return [flags] { return RunDraft(*flags); };
 }
 

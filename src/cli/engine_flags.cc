@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cli/progress_printer.h"
 #include "kernels/linear.h"
 
 namespace dsv41 {
@@ -59,6 +60,77 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
       ->capture_default_str();
   app.add_option("--prompt-lookup-max", flags.prompt_lookup_max, "ngram: longest suffix to look up")
       ->capture_default_str();
+  AddEngramFlags(app, flags);
+}
+
+void AddEngramFlags(CLI::App& app, EngineFlags& flags) {
+  app.add_option("--engram-storage", flags.engram_storage,
+                 "where the Engram tables' rows come from: resident (copied into memory at "
+                 "load), mapped (the checkpoint mapping, page cache shared between processes) "
+                 "or disk (only the needed rows read, into a hot-row cache)")
+      ->capture_default_str();
+  app.add_option("--engram-cache-gib", flags.engram_cache_gib,
+                 "disk tier: hot-row cache in GiB over all Engram tables (0: none)")
+      ->capture_default_str();
+  app.add_option("--engram-io-threads", flags.engram_io_threads,
+                 "disk tier: Engram row reads in flight per table")
+      ->capture_default_str();
+  app.add_option("--engram-prefetch", flags.engram_prefetch,
+                 "on: fetch each step's Engram rows ahead of the forward; off: read them inside "
+                 "the layer (for measurements only)")
+      ->capture_default_str();
+  app.add_flag("--engram-direct-io", flags.engram_direct_io,
+               "disk tier: read the Engram tables with O_DIRECT (bypass the page cache)");
+}
+
+Result<EngramStoreOptions> ToEngramStoreOptions(const EngineFlags& flags) {
+  EngramStoreOptions options;
+  DSV41_ASSIGN_OR_RETURN(options.tier, ParseEngramTier(flags.engram_storage));
+  if (!(flags.engram_cache_gib >= 0) || flags.engram_cache_gib > 1 << 20) {
+    return InvalidArgumentError("--engram-cache-gib %g must be >= 0", flags.engram_cache_gib);
+  }
+  if (flags.engram_io_threads < 1 || flags.engram_io_threads > 1024) {
+    return InvalidArgumentError("--engram-io-threads %d: want 1 .. 1024", flags.engram_io_threads);
+  }
+  options.cache_bytes =
+      static_cast<uint64_t>(std::llround(flags.engram_cache_gib * (uint64_t{1} << 30)));
+  options.io_threads = flags.engram_io_threads;
+  options.direct_io = flags.engram_direct_io;
+  return options;
+}
+
+Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags) {
+  DSV41_ASSIGN_OR_RETURN(EngramStoreOptions options, ToEngramStoreOptions(flags));
+  if (model.config().engram_layer_ids.empty()) return OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (options.tier != EngramTier::kMapped || model.engram_storage == nullptr) {
+    ProgressPrinter printer;
+    const Status opened = model.OpenEngramStorage(options, pool, printer.AsFn());
+    printer.Done();
+    DSV41_RETURN_IF_ERROR(opened);
+  }
+  const EngramStorage& storage = *model.engram_storage;
+  const double gib = 1 << 30;
+  std::string held = "nothing resident of its own";
+  if (options.tier == EngramTier::kResident) {
+    held = StrFormat("%.2f GiB resident (copied in %.1f s)",
+                     static_cast<double>(storage.resident_bytes()) / gib,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  } else if (options.tier == EngramTier::kDisk) {
+    held = StrFormat(
+        "%.2f GiB resident (hot-row cache of %.2f GiB, read buffers), %d I/O "
+        "threads per table%s",
+        static_cast<double>(storage.resident_bytes()) / gib,
+        static_cast<double>(options.cache_bytes) / gib, options.io_threads,
+        options.direct_io ? ", O_DIRECT" : "");
+  } else {
+    held = "0 GiB resident of its own (the page cache holds hot pages, MADV_RANDOM)";
+  }
+  std::fprintf(stderr, "engram: %s tier, %d tables, %.2f GiB in all, %s, prefetch %s\n",
+               std::string(EngramTierName(options.tier)).c_str(), storage.num_tables(),
+               static_cast<double>(storage.table_bytes()) / gib, held.c_str(),
+               flags.engram_prefetch == "off" ? "off (rows read inside the layer)" : "on");
+  return OkStatus();
 }
 
 void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags) {
@@ -121,6 +193,12 @@ Result<EngineOptions> ToEngineOptions(const EngineFlags& flags) {
   spec.confidence_threshold = flags.speculative_confidence;
   spec.prompt_lookup_min = flags.prompt_lookup_min;
   spec.prompt_lookup_max = flags.prompt_lookup_max;
+  if (flags.engram_prefetch != "on" && flags.engram_prefetch != "off") {
+    return InvalidArgumentError("--engram-prefetch '%s': want on or off",
+                                flags.engram_prefetch.c_str());
+  }
+  options.engram_prefetch = flags.engram_prefetch == "on";
+  DSV41_RETURN_IF_ERROR(ToEngramStoreOptions(flags).status());
   return options;
 }
 

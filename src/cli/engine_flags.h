@@ -35,14 +35,23 @@ struct EngineFlags {
   double speculative_confidence = SpeculativeOptions{}.confidence_threshold;
   int32_t prompt_lookup_min = SpeculativeOptions{}.prompt_lookup_min;
   int32_t prompt_lookup_max = SpeculativeOptions{}.prompt_lookup_max;
+  std::string engram_storage = "mapped";
+  double engram_cache_gib = 1.0;
+  int32_t engram_io_threads = 16;
+  std::string engram_prefetch = "on";
+  bool engram_direct_io = false;
 };
 
 // Adds --block-size, --kv-cache-gib, --num-blocks, --kv-profile, --max-num-seqs,
 // --max-num-batched-tokens, --max-model-len, --no-prefix-caching, -t/--threads, --numerics,
-// --no-prefault and the speculative decoding flags (--speculative dspark|ngram|off,
+// --no-prefault, the speculative decoding flags (--speculative dspark|ngram|off,
 // --num-speculative-tokens, --speculative-min-acceptance, --speculative-confidence,
-// --prompt-lookup-min/-max).
+// --prompt-lookup-min/-max) and the Engram offload flags (serving.md §8.7): --engram-storage
+// resident|mapped|disk, --engram-cache-gib, --engram-io-threads, --engram-prefetch on|off and
+// --engram-direct-io.
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
+// Only the Engram offload flags (commands that load a model without running the engine).
+void AddEngramFlags(CLI::App& app, EngineFlags& flags);
 
 // Whether the flags need the DSpark stages loaded (LoadedTextModel::Load's with_dspark).
 bool NeedsDspark(const EngineFlags& flags);
@@ -61,6 +70,15 @@ int ComputeThreads(const EngineFlags& flags);
 // PrefaultWeights) and says so on stderr — "weights: 5.80 GiB resident (prefaulted; 23.1 GiB
 // were available)" or why not.
 void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags);
+
+// The Engram store options the flags ask for; InvalidArgument naming the flag otherwise.
+Result<EngramStoreOptions> ToEngramStoreOptions(const EngineFlags& flags);
+
+// Opens the model's Engram tables in the tier the flags ask for (the resident copy draws its
+// progress on stderr) and prints the resolved choice on stderr — "engram: disk tier, 2 tables,
+// 8.00 GiB in all, 1.00 GiB resident (hot-row cache), 16 I/O threads, prefetch on". Nothing for a
+// model without Engram. Errors name the flag, file or tensor.
+Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags);
 
 // "numerics: fast (bf16-dot weight products, fp32 accumulation)" on stderr.
 void PrintNumerics(const EngineOptions& options);

@@ -97,6 +97,10 @@ int RunLogits(const LogitsFlags& flags) {
   }
   ThreadPool pool(ComputeThreads(flags.engine));
   PrefaultWeights(*m, pool, flags.engine);
+  if (const Status engram = OpenEngramStorage(*m, pool, flags.engine); !engram.ok()) {
+    std::fprintf(stderr, "dsv41 logits: %s\n", engram.ToString().c_str());
+    return 1;
+  }
   const int64_t positions = static_cast<int64_t>(ids.size());
   Result<std::vector<float>> logits = PromptLogits(*m, *options, pool, ids);
   if (!logits.ok()) {

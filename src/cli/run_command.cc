@@ -45,6 +45,10 @@ int RunRun(RunFlags flags) {
   }
   ThreadPool pool(ComputeThreads(flags.engine));
   PrefaultWeights(*m, pool, flags.engine);
+  if (const Status engram = OpenEngramStorage(*m, pool, flags.engine); !engram.ok()) {
+    std::fprintf(stderr, "dsv41 run: %s\n", engram.ToString().c_str());
+    return 1;
+  }
   Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, *options, pool);
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv41 run: %s\n", engine.status().ToString().c_str());

@@ -177,6 +177,10 @@ int RunServe(ServeFlags flags) {
   }
   ThreadPool pool(threads);
   PrefaultWeights(*model, pool, flags.engine);
+  if (const Status engram = OpenEngramStorage(*model, pool, flags.engine); !engram.ok()) {
+    std::fprintf(stderr, "dsv41 serve: %s\n", engram.ToString().c_str());
+    return 1;
+  }
   Result<std::unique_ptr<Engine>> engine = Engine::Create(*model, *options, pool);
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv41 serve: %s\n", engine.status().ToString().c_str());

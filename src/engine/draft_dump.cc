@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/engram_prefetch.h"
 #include "engram/row_ids.h"
 #include "model/cache_plan.h"
 #include "model/kv_layout.h"
@@ -9,7 +10,7 @@
 namespace dsv41 {
 
 Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32_t> prompt,
-                             int32_t steps, ExecContext& ctx) {
+                             int32_t steps, ExecContext& ctx, bool engram_prefetch) {
   if (model.dspark == nullptr) {
     return InvalidArgumentError("the model was loaded without its DSpark stages");
   }
@@ -54,6 +55,14 @@ Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32
   dump.block_size = block;
   dump.vocab_size = vocab;
   const int64_t width = text.MainHiddenWidth();
+  // The rows come from the model's Engram storage (the tier the command chose), fetched ahead of
+  // each forward as the engine does; the largest forward is the prompt's.
+  const std::unique_ptr<EngramPrefetcher> engram =
+      model.engram.num_layers() > 0
+          ? MakeEngramPrefetcher(model.engram_storage.get(), model.engram.num_cols(),
+                                 std::max<int32_t>(1, static_cast<int32_t>(prompt.size())),
+                                 engram_prefetch)
+          : nullptr;
   // Feeds positions [start, size) of `ids`, seeds the draft windows of every fed position and
   // returns the greedy token after the last.
   auto feed = [&](int32_t start) -> Result<int32_t> {
@@ -71,7 +80,11 @@ Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32
     }
     std::vector<float> logits(vocab);
     std::vector<float> main_hidden(static_cast<size_t>(n) * width);
-    DSV41_RETURN_IF_ERROR(text.Forward(batch, storage.view(), logits, ctx, nullptr, main_hidden));
+    if (engram != nullptr) engram->StartStep(batch.engram_rows, n);
+    const Status forward =
+        text.Forward(batch, storage.view(), logits, ctx, nullptr, main_hidden, engram.get());
+    if (engram != nullptr) engram->FinishStep();
+    DSV41_RETURN_IF_ERROR(forward);
     DSV41_RETURN_IF_ERROR(dspark.SeedWindows(main_hidden, batch.requests, storage.view(), ctx));
     const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
                                               logits.begin());  // lowest id on ties

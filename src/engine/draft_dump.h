@@ -30,8 +30,9 @@ struct DraftDump {
 // over a paged cache of its own with the draft windows (smallest legal block size, seed profile),
 // drafting after every decode step. `model` must hold the DSpark stages (loaded with_dspark).
 // InvalidArgument for an empty prompt, a token outside the vocabulary, steps < 1, or a length
-// beyond max_position_embeddings.
+// beyond max_position_embeddings. The Engram rows come from model.engram_storage, fetched ahead of
+// each forward unless engram_prefetch is false (then read inside the layers); same bits.
 Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32_t> prompt,
-                             int32_t steps, ExecContext& ctx);
+                             int32_t steps, ExecContext& ctx, bool engram_prefetch = true);
 
 }  // namespace dsv41

@@ -112,6 +112,11 @@ Result<std::unique_ptr<Engine>> Engine::Create(const LoadedTextModel& model,
       spec.method == SpeculativeMethod::kOff ? 0 : static_cast<size_t>(spec.num_speculative_tokens);
   engine->stats_.drafts_at_position.assign(positions, 0);
   engine->stats_.accepted_at_position.assign(positions, 0);
+  if (model.engram.num_layers() > 0) {
+    engine->engram_prefetch_ =
+        MakeEngramPrefetcher(model.engram_storage.get(), model.engram.num_cols(),
+                             options.max_num_batched_tokens, options.engram_prefetch);
+  }
   return engine;
 }
 
@@ -206,6 +211,43 @@ Status Engine::BuildBatch(const SchedulerOutput& scheduled, std::span<const int6
     row += n;
   }
   return Status();
+}
+
+void Engine::BuildEngramLookAhead(const SchedulerOutput& scheduled) {
+  engram_ahead_.clear();
+  const size_t per_token = static_cast<size_t>(model_.engram.num_cols()) *
+                           static_cast<size_t>(model_.engram.num_layers());
+  int64_t budget = options_.max_num_batched_tokens;
+  for (const ScheduledRequest& s : scheduled.scheduled) {
+    const Request& r = *s.request;
+    const int64_t next = r.num_computed + s.num_new_tokens;
+    const int64_t n = std::min<int64_t>(r.num_tokens() - next, budget);
+    if (n <= 0) continue;
+    const size_t begin = engram_ahead_.size();
+    engram_ahead_.resize(begin + static_cast<size_t>(n) * per_token);
+    ComputeEngramRows(model_.engram, r.history.class_ids(), r.history.dead(), next, n,
+                      std::span<int64_t>(engram_ahead_).subspan(begin));
+    budget -= n;
+    if (budget == 0) break;
+  }
+}
+
+void Engine::FailStep(const SchedulerOutput& scheduled, const Status& error,
+                      std::vector<RequestOutput>& outputs) {
+  ++stats_.failed_steps;
+  for (const ScheduledRequest& s : scheduled.scheduled) {
+    Request& r = *s.request;
+    RequestOutput out;
+    out.request_id = r.id;
+    out.num_prompt_tokens = r.num_prompt_tokens;
+    out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
+    Finish(r, FinishReason::kError, out, /*flush_text=*/false,
+           StrFormat("request %llu: the step failed: %s", static_cast<unsigned long long>(r.id),
+                     error.ToString().c_str()));
+    outputs.push_back(std::move(out));
+    scheduler_->Remove(&r);
+    requests_.erase(r.id);
+  }
 }
 
 void Engine::Finish(Request& r, FinishReason reason, RequestOutput& out, bool flush_text,
@@ -379,8 +421,28 @@ Result<std::vector<RequestOutput>> Engine::Step() {
   logits_.resize(batch.logit_rows.size() * vocab);
   main_hidden_.resize(batch.main_hidden_rows.size() * model_.model->MainHiddenWidth());
   arena_.Reset();
-  DSV41_RETURN_IF_ERROR(
-      model_.model->Forward(batch, storage_->view(), logits_, ctx_, nullptr, main_hidden_));
+  if (engram_prefetch_ != nullptr) {
+    // Step start (serving.md §8.4): every scheduled token's rows, and the next chunks' rows.
+    BuildEngramLookAhead(scheduled);
+    engram_prefetch_->StartStep(batch.engram_rows, batch.num_tokens(), engram_ahead_);
+  }
+  const Status forward = model_.model->Forward(batch, storage_->view(), logits_, ctx_, nullptr,
+                                               main_hidden_, engram_prefetch_.get());
+  if (engram_prefetch_ != nullptr) {
+    engram_prefetch_->FinishStep();  // none of this step's reads is in flight any more
+    if (!forward.ok() && engram_prefetch_->step_failed()) {
+      // The storage failed, not the batch: the drafts leave the histories, these requests fail,
+      // the engine serves on.
+      for (size_t i = 0; i < num_scheduled; ++i) {
+        DSV41_CHECK(scheduled.scheduled[i].request->history.Truncate(committed[i]).ok(),
+                    "history of request %llu",
+                    static_cast<unsigned long long>(scheduled.scheduled[i].request->id));
+      }
+      FailStep(scheduled, forward, outputs);
+      return outputs;
+    }
+  }
+  DSV41_RETURN_IF_ERROR(forward);
   // model.md §11.3: every computed position seeds the draft windows. Rows of rejected positions
   // lie past the length kept below, like every other row they wrote (serving.md §7.2).
   if (seeds_drafts_) {
@@ -472,6 +534,8 @@ EngineStats Engine::stats() const {
   s.waiting = scheduler_->num_waiting();
   s.weight_bytes = exec_stats_.weight_bytes;
   s.weight_macs = exec_stats_.weight_macs;
+  if (engram_prefetch_ != nullptr) s.engram_fetch = engram_prefetch_->stats();
+  if (model_.engram_storage != nullptr) s.engram_store = model_.engram_storage->counters();
   return s;
 }
 

@@ -14,6 +14,7 @@
 #include "base/exec_context.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/engram_prefetch.h"
 #include "engine/loaded_model.h"
 #include "engine/request.h"
 #include "engine/request_state.h"
@@ -37,6 +38,9 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   Numerics numerics = Numerics::kFast;  // --numerics: how weight products accumulate
   SpeculativeOptions speculative;       // --speculative and its knobs (default off)
+  // --engram-prefetch: fetch a step's Engram rows ahead of the forward (off: each Engram layer
+  // reads its rows when it needs them; for measurements only).
+  bool engram_prefetch = true;
 };
 
 // What Engine::Create resolved (printed at start-up).
@@ -97,6 +101,10 @@ struct EngineStats {
   double mean_accepted_length() const;
   // accepted_at_position[i] / drafts_at_position[i] for each position.
   std::vector<double> acceptance_rate_at_position() const;
+  // Engram offload (serving.md §8.7): the prefetcher's and the stores' counters.
+  EngramFetchStats engram_fetch;
+  EngramStoreCounters engram_store;
+  uint64_t failed_steps = 0;  // steps whose requests failed because their rows could not be read
 };
 
 struct AddRequestOptions {
@@ -124,7 +132,9 @@ class Engine {
   // next Step. NotFound for an id that is not running or waiting.
   Status Abort(uint64_t request_id);
   // One engine step. Returns an output for every request that produced tokens or finished.
-  // An error here is a bug or a fault of the whole engine (the forward refused the batch).
+  // An error here is a bug or a fault of the whole engine (the forward refused the batch). When
+  // the step's Engram rows cannot be read (a read error, a short read), the step's requests end
+  // with FinishReason::kError naming the file and tensor, and the engine serves on.
   Result<std::vector<RequestOutput>> Step();
   bool HasUnfinished() const { return !requests_.empty() || !pending_outputs_.empty(); }
   EngineStats stats() const;
@@ -165,6 +175,13 @@ class Engine {
   // from position committed − 1 on get logits when the step reaches the history's end.
   Status BuildBatch(const SchedulerOutput& scheduled, std::span<const int64_t> committed,
                     Batch& batch);
+  Status BuildBatch(const SchedulerOutput& scheduled, Batch& batch);
+  // The Engram rows of the chunks the prefilling requests of `scheduled` will run next step.
+  void BuildEngramLookAhead(const SchedulerOutput& scheduled);
+  // A step whose Engram rows could not be read: its requests end with `error`, their blocks are
+  // freed unoffered to the prefix cache.
+  void FailStep(const SchedulerOutput& scheduled, const Status& error,
+                std::vector<RequestOutput>& outputs);
 
   const LoadedTextModel& model_;
   EngineOptions options_;
@@ -187,6 +204,8 @@ class Engine {
   std::vector<float> main_hidden_;  // [rows, MainHiddenWidth()], reused every step
   std::vector<float> logits_;       // [logit rows, vocab], reused every step
   DraftResult drafted_;             // the last DSpark draft, reused every step
+  std::unique_ptr<EngramPrefetcher> engram_prefetch_;  // null without Engram layers
+  std::vector<int64_t> engram_ahead_;                  // look-ahead rows, capacity kept
 };
 
 }  // namespace dsv41

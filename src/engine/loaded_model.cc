@@ -27,8 +27,18 @@ Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir, const Prog
     DSV41_RETURN_IF_ERROR(
         CheckClassCount(m.token_map, m.weights->config().engram_compressed_vocab_size));
     DSV41_ASSIGN_OR_RETURN(m.engram, ComputeEngramHashConstants(m.weights->config(), m.token_map));
+    ThreadPool one_thread(1);
+    DSV41_RETURN_IF_ERROR(m.OpenEngramStorage(EngramStoreOptions{}, one_thread));
   }
   return m;
+}
+
+Status LoadedTextModel::OpenEngramStorage(const EngramStoreOptions& options, ThreadPool& pool,
+                                          const ProgressFn& progress) {
+  if (weights->config().engram_layer_ids.empty()) return OkStatus();
+  engram_storage.reset();  // a resident copy is freed before the next one is made
+  DSV41_ASSIGN_OR_RETURN(engram_storage, EngramStorage::Open(*weights, options, pool, progress));
+  return OkStatus();
 }
 
 int32_t LoadedTextModel::eos_token_id() const {

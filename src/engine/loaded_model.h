@@ -12,6 +12,7 @@
 #include "engram/hash_constants.h"
 #include "engram/token_map.h"
 #include "model/dspark.h"
+#include "model/engram_store.h"
 #include "model/forward.h"
 #include "model/weights.h"
 #include "text/tokenizer.h"
@@ -26,6 +27,9 @@ struct LoadedTextModel {
   std::unique_ptr<Tokenizer> tokenizer;
   EngramTokenMap token_map;
   EngramHashConstants engram;
+  // Where the Engram tables' rows come from (serving.md §8.2): the mapped tier after Load;
+  // OpenEngramStorage picks another. Null when the model has no Engram layer.
+  std::unique_ptr<EngramStorage> engram_storage;
 
   // Loads the checkpoint directory `dir` (config.json, safetensors, tokenizer.json); with_dspark
   // also checks and loads the DSpark stages (`mtp.*`, needed by --speculative dspark and `dsv41
@@ -33,6 +37,11 @@ struct LoadedTextModel {
   // (ModelWeights::Load) and may cancel it.
   static Result<LoadedTextModel> Load(const std::string& dir, const ProgressFn& progress = {},
                                       bool with_dspark = false);
+
+  // Re-opens the Engram tables in the tier `options` asks for (the resident tier copies them over
+  // `pool`, reporting progress). Not while an engine uses the model. Errors name file and tensor.
+  Status OpenEngramStorage(const EngramStoreOptions& options, ThreadPool& pool,
+                           const ProgressFn& progress = {});
 
   const ModelConfig& config() const { return weights->config(); }
   // The end-of-sentence id: the tokenizer's "<｜end▁of▁sentence｜>", else the config's.

@@ -175,6 +175,31 @@ Status EngramFusion::GatherRows(const EngramRowSource& source, std::span<const i
   return OkStatus();
 }
 
+void EngramFusion::GatherFetched(const EngramFetchedRows& rows, int64_t num_tokens,
+                                 std::span<float> e, ExecContext& ctx) const {
+  const size_t num_slots = static_cast<size_t>(num_tokens) * static_cast<size_t>(num_cols_);
+  const size_t value_bytes = static_cast<size_t>(row_dim_);
+  const size_t scale_bytes = value_bytes / 32;
+  const size_t num_unique = rows.values.size() / value_bytes;
+  DSV41_CHECK(num_tokens >= 0 && rows.index.size() == num_slots &&
+                  rows.values.size() == num_unique * value_bytes &&
+                  rows.scales.size() == num_unique * scale_bytes &&
+                  e.size() == num_slots * value_bytes,
+              "GatherFetched: %lld tokens, %zu indices, %zu value and %zu scale bytes, %zu outputs",
+              static_cast<long long>(num_tokens), rows.index.size(), rows.values.size(),
+              rows.scales.size(), e.size());
+  const auto run = [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const size_t u = static_cast<size_t>(rows.index[static_cast<size_t>(i)]);
+      DSV41_CHECK(u < num_unique, "GatherFetched: index %zu of %zu rows", u, num_unique);
+      DequantizeEngramRows(rows.values.subspan(u * value_bytes, value_bytes),
+                           rows.scales.subspan(u * scale_bytes, scale_bytes), row_dim_, 1,
+                           e.subspan(static_cast<size_t>(i) * value_bytes, value_bytes));
+    }
+  };
+  ctx.pool.ParallelFor(static_cast<int64_t>(num_slots), 8, run);
+}
+
 void EngramFusion::Project(std::span<const float> e, int64_t num_tokens, std::span<float> kv,
                            ExecContext& ctx) const {
   DSV41_CHECK(num_tokens >= 0 &&
@@ -250,6 +275,19 @@ Status EngramFusion::Forward(std::span<const int64_t> row_ids, int64_t num_token
   Project(e, num_tokens, kv, ctx);
   Fuse(kv, num_tokens, streams, gate, dead, ctx);
   return OkStatus();
+}
+
+void EngramFusion::ForwardFetched(const EngramFetchedRows& rows, int64_t num_tokens,
+                                  std::span<float> streams, std::span<float> gate, ExecContext& ctx,
+                                  std::span<const uint8_t> dead) const {
+  ArenaScope scope(ctx.arena);
+  std::span<float> e =
+      ctx.arena.Alloc<float>(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_in()));
+  GatherFetched(rows, num_tokens, e, ctx);
+  std::span<float> kv =
+      ctx.arena.Alloc<float>(static_cast<size_t>(num_tokens) * static_cast<size_t>(engram_out()));
+  Project(e, num_tokens, kv, ctx);
+  Fuse(kv, num_tokens, streams, gate, dead, ctx);
 }
 
 }  // namespace dsv41

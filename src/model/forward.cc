@@ -176,8 +176,8 @@ Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache, size_
 }
 
 Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
-                          ExecContext& ctx, ForwardTrace* trace,
-                          std::span<float> main_hidden_out) const {
+                          ExecContext& ctx, ForwardTrace* trace, std::span<float> main_hidden_out,
+                          EngramStepRows* engram_rows) const {
   DSV41_RETURN_IF_ERROR(CheckBatch(batch, cache, logits_out.size(), main_hidden_out.size()));
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
@@ -220,7 +220,11 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
 
   for (const Layer& layer : layers_) {
     const LayerRole& role = layer.role;
-    if (layer.engram) {  // §3: Engram fuses into the streams before the block.
+    if (layer.engram && engram_rows != nullptr) {  // rows fetched ahead (serving.md §8.4)
+      DSV41_ASSIGN_OR_RETURN(EngramFetchedRows fetched,
+                             engram_rows->WaitForLayer(*role.engram_slot));
+      layer.engram->ForwardFetched(fetched, num_tokens, x, {}, ctx);
+    } else if (layer.engram) {  // §3: Engram fuses into the streams before the block.
       for (int64_t t = 0; t < num_tokens; ++t) {
         const int64_t* src =
             batch.engram_rows.data() + (t * num_engram + *role.engram_slot) * num_cols;

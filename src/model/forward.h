@@ -65,9 +65,16 @@ class TextModel {
   // main_hidden_out receives [main_hidden_rows.size(), MainHiddenWidth()]: for each of
   // batch.main_hidden_rows, bf16(fp32(Σ_k X[k]) / hc_mult) of the streams entering each DSpark
   // target layer (after its Engram fusion), in dspark_target_layer_ids order (model.md §11.2).
+  //
+  // engram_rows: where the step's Engram rows were fetched ahead (engine/engram_prefetch.h); each
+  // Engram layer waits for its own rows right before its fusion, and a storage error ends the
+  // forward with that error (the cache rows of earlier layers are then written; the caller
+  // fails the step's requests). Null: each Engram layer reads batch.engram_rows from the
+  // checkpoint mapping. The logits are the same bits either way.
   Status Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
                  ExecContext& ctx, ForwardTrace* trace = nullptr,
-                 std::span<float> main_hidden_out = {}) const;
+                 std::span<float> main_hidden_out = {},
+                 EngramStepRows* engram_rows = nullptr) const;
 
   // Floats of one row of main_hidden: len(dspark_target_layer_ids) × hidden_size.
   int64_t MainHiddenWidth() const;

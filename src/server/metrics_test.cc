@@ -78,6 +78,43 @@ TEST(ServerMetricsTest, SpeculativeCountersRatesAndPerPositionSeries) {
   EXPECT_EQ(plain.find("_per_pos"), std::string::npos) << plain;
 }
 
+TEST(ServerMetricsTest, EngramOffloadCountersWaitsAndFetchLatency) {
+  ServerMetrics m;
+  EngineStats s;
+  s.engram_fetch.rows_requested = 480;
+  s.engram_fetch.rows_deduplicated = 80;
+  s.engram_fetch.wait_ms_per_layer = {1500.0, 250.0};
+  s.engram_fetch.fetch_latency_counts[0] = 2;  // <= 0.1 ms
+  s.engram_fetch.fetch_latency_counts[4] = 1;  // <= 2.5 ms
+  s.engram_fetch.fetch_latency_count = 3;
+  s.engram_fetch.fetch_latency_sum_ms = 2.5;
+  s.engram_store.rows_fetched = 400;
+  s.engram_store.cache_hits = 100;
+  s.engram_store.rows_read = 300;
+  s.engram_store.bytes_read = 4096 * 100;
+  s.failed_steps = 1;
+  m.PublishEngineStats(s);
+  const std::string out = m.RenderPrometheus();
+  EXPECT_NE(out.find("dsv41_engram_rows_requested_total 480\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("dsv41_engram_rows_deduplicated_total 80\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_rows_cache_hits_total 100\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_rows_read_total 300\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_bytes_read_total 409600\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_cache_hit_rate 0.25\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_failed_steps_total 1\n"), std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_wait_seconds_total{engram_slot=\"0\"} 1.5\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_wait_seconds_total{engram_slot=\"1\"} 0.25\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_fetch_latency_seconds_bucket{le=\"0.0001\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_fetch_latency_seconds_bucket{le=\"0.0025\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_fetch_latency_seconds_bucket{le=\"+Inf\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("dsv41_engram_fetch_latency_seconds_count 3\n"), std::string::npos);
+}
+
 TEST(SseReaderTest, SplitsEventsAcrossPiecesAndSkipsComments) {
   SseReader r;
   const std::string body = ": ping\n\nevent: a\ndata: {\"x\"\ndata: : 1}\n\ndata: [DONE]\n\n";

@@ -1,0 +1,654 @@
+#include "model/engram_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "base/check.h"
+#include "base/mapped_file.h"
+#include "model/weights.h"
+
+namespace dsv41 {
+namespace {
+
+constexpr uint64_t kPageBytes = 4096;
+// Adjacent pages coalesce into one read of at most this many pages.
+constexpr uint64_t kMaxRunPages = 32;
+
+std::string TableName(int32_t layer) { return "layers." + std::to_string(layer) + ".engram.embed"; }
+
+// The Engram layers of `weights` in slot order.
+std::vector<int32_t> EngramLayersBySlot(const ModelWeights& weights) {
+  std::vector<std::pair<int32_t, int32_t>> slots;
+  for (const LayerRole& role : weights.plan().layers) {
+    if (role.has_engram()) slots.emplace_back(*role.engram_slot, role.layer);
+  }
+  std::sort(slots.begin(), slots.end());
+  std::vector<int32_t> layers;
+  for (const auto& [slot, layer] : slots) layers.push_back(layer);
+  return layers;
+}
+
+Status CheckRow(const std::string& name, int64_t row, int64_t num_rows) {
+  if (row < 0 || row >= num_rows) {
+    return OutOfRangeError("'%s': row %lld outside the table of %lld rows", name.c_str(),
+                           static_cast<long long>(row), static_cast<long long>(num_rows));
+  }
+  return OkStatus();
+}
+
+void CheckFillSizes(size_t n, int32_t row_dim, std::span<std::byte> values,
+                    std::span<std::byte> scales) {
+  const size_t value_bytes = static_cast<size_t>(row_dim);
+  DSV41_CHECK(values.size() == n * value_bytes && scales.size() == n * (value_bytes / 32),
+              "FillRows: %zu rows into %zu value and %zu scale bytes", n, values.size(),
+              scales.size());
+}
+
+// ---- resident -----------------------------------------------------------------------------
+
+class ResidentEngramRowSource final : public EngramRowSource {
+ public:
+  ResidentEngramRowSource(std::string name, int64_t num_rows, int32_t row_dim,
+                          AnonymousMemory values, AnonymousMemory scales)
+      : name_(std::move(name)),
+        num_rows_(num_rows),
+        row_dim_(row_dim),
+        values_(std::move(values)),
+        scales_(std::move(scales)) {}
+
+  int64_t num_rows() const override { return num_rows_; }
+  int32_t row_dim() const override { return row_dim_; }
+  uint64_t resident_bytes() const override {
+    return values_.bytes().size() + scales_.bytes().size();
+  }
+  EngramStoreCounters counters() const override {
+    EngramStoreCounters c;
+    c.rows_fetched = rows_fetched_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+  Status FillRows(std::span<const int64_t> row_ids, std::span<std::byte> values,
+                  std::span<std::byte> scales) const override {
+    CheckFillSizes(row_ids.size(), row_dim_, values, scales);
+    const size_t value_bytes = static_cast<size_t>(row_dim_);
+    const size_t scale_bytes = value_bytes / 32;
+    for (size_t i = 0; i < row_ids.size(); ++i) {
+      DSV41_RETURN_IF_ERROR(CheckRow(name_, row_ids[i], num_rows_));
+      const size_t r = static_cast<size_t>(row_ids[i]);
+      std::memcpy(values.data() + i * value_bytes, values_.bytes().data() + r * value_bytes,
+                  value_bytes);
+      std::memcpy(scales.data() + i * scale_bytes, scales_.bytes().data() + r * scale_bytes,
+                  scale_bytes);
+    }
+    rows_fetched_.fetch_add(row_ids.size(), std::memory_order_relaxed);
+    return OkStatus();
+  }
+
+ private:
+  std::string name_;
+  int64_t num_rows_;
+  int32_t row_dim_;
+  AnonymousMemory values_;
+  AnonymousMemory scales_;
+  mutable std::atomic<uint64_t> rows_fetched_{0};
+};
+
+// Copies `from` into `to` over the pool in 64 MiB pieces, reporting progress after each.
+Status CopyWithProgress(std::span<const std::byte> from, std::span<std::byte> to, ThreadPool& pool,
+                        const ProgressFn& progress, uint64_t& done, uint64_t total) {
+  constexpr size_t kPiece = size_t{64} << 20;
+  for (size_t at = 0; at < from.size(); at += kPiece) {
+    const size_t n = std::min(kPiece, from.size() - at);
+    pool.ParallelFor(static_cast<int64_t>(n), int64_t{1} << 16, [&](int64_t b, int64_t e, int) {
+      std::memcpy(to.data() + at + static_cast<size_t>(b),
+                  from.data() + at + static_cast<size_t>(b), static_cast<size_t>(e - b));
+    });
+    done += n;
+    if (progress &&
+        !progress(Progress{
+            .stage = "copying Engram tables", .done = done, .total = total, .unit = "bytes"})) {
+      return CancelledError("copying the Engram tables was cancelled");
+    }
+  }
+  return OkStatus();
+}
+
+// ---- mapped -------------------------------------------------------------------------------
+
+class MappedTierRowSource final : public EngramRowSource {
+ public:
+  MappedTierRowSource(MappedEngramRowSource rows, std::span<const std::byte> values,
+                      std::span<const std::byte> scales)
+      : rows_(std::move(rows)), values_(values), scales_(scales) {
+    AdviseRandomAccess(values_);
+    AdviseRandomAccess(scales_);
+  }
+
+  int64_t num_rows() const override { return rows_.num_rows(); }
+  int32_t row_dim() const override { return rows_.row_dim(); }
+  Status FillRows(std::span<const int64_t> row_ids, std::span<std::byte> values,
+                  std::span<std::byte> scales) const override {
+    DSV41_RETURN_IF_ERROR(rows_.FillRows(row_ids, values, scales));
+    rows_fetched_.fetch_add(row_ids.size(), std::memory_order_relaxed);
+    return OkStatus();
+  }
+  Status WarmRows(std::span<const int64_t> row_ids) const override {
+    // Touch the pages, so the faults happen here and not inside the layer.
+    const size_t value_bytes = static_cast<size_t>(row_dim());
+    uint64_t sum = 0;
+    for (int64_t row : row_ids) {
+      if (row < 0 || row >= num_rows()) continue;
+      const size_t r = static_cast<size_t>(row);
+      sum += static_cast<uint8_t>(
+          *reinterpret_cast<const volatile std::byte*>(values_.data() + r * value_bytes));
+      sum += static_cast<uint8_t>(*reinterpret_cast<const volatile std::byte*>(
+          values_.data() + r * value_bytes + value_bytes - 1));
+      sum += static_cast<uint8_t>(
+          *reinterpret_cast<const volatile std::byte*>(scales_.data() + r * (value_bytes / 32)));
+    }
+    warm_sink_.fetch_add(sum, std::memory_order_relaxed);
+    rows_fetched_.fetch_add(row_ids.size(), std::memory_order_relaxed);
+    return OkStatus();
+  }
+  Status DropCaches() override {
+    ReleaseMappedPages(values_);
+    ReleaseMappedPages(scales_);
+    return OkStatus();
+  }
+  EngramStoreCounters counters() const override {
+    EngramStoreCounters c;
+    c.rows_fetched = rows_fetched_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+ private:
+  MappedEngramRowSource rows_;
+  std::span<const std::byte> values_;
+  std::span<const std::byte> scales_;
+  mutable std::atomic<uint64_t> rows_fetched_{0};
+  mutable std::atomic<uint64_t> warm_sink_{0};
+};
+
+}  // namespace
+
+std::string_view EngramTierName(EngramTier tier) {
+  switch (tier) {
+    case EngramTier::kResident:
+      return "resident";
+    case EngramTier::kMapped:
+      return "mapped";
+    case EngramTier::kDisk:
+      return "disk";
+  }
+  return "";
+}
+
+Result<EngramTier> ParseEngramTier(std::string_view name) {
+  if (name == "resident") return EngramTier::kResident;
+  if (name == "mapped") return EngramTier::kMapped;
+  if (name == "disk") return EngramTier::kDisk;
+  return InvalidArgumentError("--engram-storage '%.*s': want resident, mapped or disk",
+                              static_cast<int>(name.size()), name.data());
+}
+
+// ---- disk ---------------------------------------------------------------------------------
+
+struct DiskEngramRowSource::State {
+  struct File {
+    int fd = -1;
+    std::string path;
+    std::string tensor;  // the tensor it holds, for messages
+    uint64_t size = 0;
+    uint64_t offset = 0;  // of the tensor's first byte
+  };
+  // One read: `count` adjacent pages of file `file` from `first_page`, into the staging buffer
+  // at page `staging_page`.
+  struct Run {
+    int32_t file = 0;
+    uint64_t first_page = 0;
+    uint64_t count = 0;
+    uint64_t staging_page = 0;
+  };
+
+  File files[2];  // values, scales
+  size_t value_bytes = 0;
+  size_t scale_bytes = 0;
+  size_t row_bytes = 0;
+  bool direct_io = false;
+
+  std::mutex mutex;  // one fetch at a time; guards everything below
+  // The CLOCK hot-row cache: slot s holds row slot_row[s] (values then scales).
+  AnonymousMemory cache_memory;
+  int64_t capacity = 0;
+  int64_t used = 0;
+  int64_t hand = 0;
+  std::unordered_map<int64_t, int64_t> slot_of;
+  std::vector<int64_t> slot_row;
+  std::vector<uint8_t> referenced;
+  // Reads of one batch.
+  AnonymousMemory staging;
+  uint64_t max_pages = 0;
+  std::unique_ptr<ThreadPool> io_pool;
+  std::vector<int64_t> misses;     // rows not in the cache
+  std::vector<size_t> miss_index;  // their output index
+  std::vector<uint64_t> pages;     // (file << 56) | page, sorted, unique
+  std::vector<Run> runs;
+  std::vector<Status> thread_status;
+  std::vector<uint64_t> thread_bytes;
+
+  std::atomic<uint64_t> rows_fetched{0}, cache_hits{0}, rows_read{0}, pages_read{0}, bytes_read{0},
+      read_errors{0};
+
+  ~State() {
+    for (File& f : files) {
+      if (f.fd >= 0) ::close(f.fd);
+    }
+  }
+
+  static uint64_t Key(int32_t file, uint64_t page) {
+    return (static_cast<uint64_t>(file) << 56) | page;
+  }
+
+  std::byte* Slot(int64_t slot) {
+    return cache_memory.bytes().data() + static_cast<size_t>(slot) * row_bytes;
+  }
+
+  void Insert(int64_t row, const std::byte* value, const std::byte* scale) {
+    if (capacity == 0 || slot_of.count(row) != 0) return;
+    int64_t slot;
+    if (used < capacity) {
+      slot = used++;
+    } else {
+      while (referenced[static_cast<size_t>(hand)] != 0) {
+        referenced[static_cast<size_t>(hand)] = 0;
+        hand = (hand + 1) % capacity;
+      }
+      slot = hand;
+      hand = (hand + 1) % capacity;
+      slot_of.erase(slot_row[static_cast<size_t>(slot)]);
+    }
+    std::memcpy(Slot(slot), value, value_bytes);
+    std::memcpy(Slot(slot) + value_bytes, scale, scale_bytes);
+    slot_row[static_cast<size_t>(slot)] = row;
+    referenced[static_cast<size_t>(slot)] = 0;
+    slot_of.emplace(row, slot);
+  }
+
+  // Adds the pages holding `bytes` bytes at `offset` of file `file`.
+  void AddPages(int32_t file, uint64_t offset, size_t bytes) {
+    const uint64_t at = files[file].offset + offset;
+    for (uint64_t p = at / kPageBytes; p <= (at + bytes - 1) / kPageBytes; ++p) {
+      pages.push_back(Key(file, p));
+    }
+  }
+
+  // The staging bytes of `bytes` bytes at `offset` of file `file` (all their pages were read).
+  const std::byte* Staged(int32_t file, uint64_t offset) const {
+    const uint64_t at = files[file].offset + offset;
+    const auto it = std::lower_bound(pages.begin(), pages.end(), Key(file, at / kPageBytes));
+    DSV41_CHECK(it != pages.end() && *it == Key(file, at / kPageBytes), "page not staged");
+    const size_t staged = static_cast<size_t>(it - pages.begin());
+    return staging.bytes().data() + staged * kPageBytes + at % kPageBytes;
+  }
+
+  // Reads run `r` into the staging buffer; the bytes it got into *got.
+  Status ReadRun(const Run& r, uint64_t* got) {
+    const File& f = files[r.file];
+    const uint64_t offset = r.first_page * kPageBytes;
+    const uint64_t want = r.count * kPageBytes;
+    // A page past the end of the file is short: only the bytes before the end must come.
+    const uint64_t expected = offset >= f.size ? 0 : std::min(want, f.size - offset);
+    std::byte* dst = staging.bytes().data() + r.staging_page * kPageBytes;
+    uint64_t done = 0;
+    while (done < expected) {
+      const ssize_t n = ::pread(f.fd, dst + done, static_cast<size_t>(want - done),
+                                static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return IoError("%s: reading '%s' (%llu bytes at offset %llu): %s", f.path.c_str(),
+                       f.tensor.c_str(), static_cast<unsigned long long>(want - done),
+                       static_cast<unsigned long long>(offset + done), std::strerror(errno));
+      }
+      if (n == 0) break;
+      done += static_cast<uint64_t>(n);
+    }
+    *got = done;
+    if (done < expected) {
+      return DataLossError(
+          "%s: short read of '%s': %llu of %llu bytes at offset %llu (was the file truncated?)",
+          f.path.c_str(), f.tensor.c_str(), static_cast<unsigned long long>(done),
+          static_cast<unsigned long long>(expected), static_cast<unsigned long long>(offset));
+    }
+    return OkStatus();
+  }
+};
+
+Result<std::unique_ptr<DiskEngramRowSource>> DiskEngramRowSource::Open(
+    const ModelWeights& weights, int32_t layer, const EngramStoreOptions& options,
+    uint64_t cache_bytes) {
+  DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource checked,
+                         MappedEngramRowSource::Open(weights, layer));
+  std::unique_ptr<DiskEngramRowSource> source(new DiskEngramRowSource());
+  source->name_ = TableName(layer);
+  source->num_rows_ = checked.num_rows();
+  source->row_dim_ = checked.row_dim();
+  source->state_ = std::make_unique<State>();
+  State& s = *source->state_;
+  s.value_bytes = static_cast<size_t>(source->row_dim_);
+  s.scale_bytes = s.value_bytes / 32;
+  s.row_bytes = s.value_bytes + s.scale_bytes;
+  s.direct_io = options.direct_io;
+  const char* suffixes[2] = {".weight", ".scale"};
+  for (int32_t f = 0; f < 2; ++f) {
+    State::File& file = s.files[f];
+    file.tensor = source->name_ + suffixes[f];
+    DSV41_ASSIGN_OR_RETURN(TensorFileRange range, weights.checkpoint().Locate(file.tensor));
+    file.path = range.path;
+    file.offset = range.offset;
+    const int flags = O_RDONLY | O_CLOEXEC | (options.direct_io ? O_DIRECT : 0);
+    file.fd = ::open(file.path.c_str(), flags);
+    if (file.fd < 0) {
+      return IoError("%s: cannot open for '%s'%s: %s", file.path.c_str(), file.tensor.c_str(),
+                     options.direct_io ? " with O_DIRECT" : "", std::strerror(errno));
+    }
+    struct stat st {};
+    if (::fstat(file.fd, &st) != 0) {
+      return IoError("%s: cannot stat: %s", file.path.c_str(), std::strerror(errno));
+    }
+    file.size = static_cast<uint64_t>(st.st_size);
+    if (file.size < range.offset + range.size) {
+      return DataLossError("%s: %llu bytes, but '%s' ends at byte %llu (truncated file)",
+                           file.path.c_str(), static_cast<unsigned long long>(file.size),
+                           file.tensor.c_str(),
+                           static_cast<unsigned long long>(range.offset + range.size));
+    }
+  }
+  s.capacity = static_cast<int64_t>(
+      std::min<uint64_t>(cache_bytes / s.row_bytes, static_cast<uint64_t>(source->num_rows_)));
+  if (s.capacity > 0) {
+    DSV41_ASSIGN_OR_RETURN(s.cache_memory,
+                           AnonymousMemory::Allocate(static_cast<size_t>(s.capacity) * s.row_bytes,
+                                                     "the hot-row cache of " + source->name_));
+    s.slot_row.assign(static_cast<size_t>(s.capacity), -1);
+    s.referenced.assign(static_cast<size_t>(s.capacity), 0);
+    s.slot_of.reserve(static_cast<size_t>(s.capacity));
+  }
+  // A batch must hold at least one row's pages.
+  const uint64_t row_pages = (s.value_bytes + kPageBytes - 1) / kPageBytes + 1 +
+                             (s.scale_bytes + kPageBytes - 1) / kPageBytes + 1;
+  s.max_pages = std::max<uint64_t>(static_cast<uint64_t>(std::max(options.max_pages_per_batch, 1)),
+                                   row_pages);
+  DSV41_ASSIGN_OR_RETURN(s.staging,
+                         AnonymousMemory::Allocate(static_cast<size_t>(s.max_pages * kPageBytes),
+                                                   "the read buffer of " + source->name_));
+  const int threads = std::max(1, options.io_threads);
+  s.io_pool = std::make_unique<ThreadPool>(threads, std::chrono::microseconds{0});
+  s.thread_status.resize(static_cast<size_t>(threads));
+  s.thread_bytes.resize(static_cast<size_t>(threads));
+  return source;
+}
+
+DiskEngramRowSource::~DiskEngramRowSource() = default;
+
+Status DiskEngramRowSource::Fetch(std::span<const int64_t> row_ids, std::span<std::byte> values,
+                                  std::span<std::byte> scales) const {
+  State& s = *state_;
+  const bool fill = !values.empty();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.rows_fetched.fetch_add(row_ids.size(), std::memory_order_relaxed);
+  s.misses.clear();
+  s.miss_index.clear();
+  uint64_t hits = 0;
+  for (size_t i = 0; i < row_ids.size(); ++i) {
+    const int64_t row = row_ids[i];
+    DSV41_RETURN_IF_ERROR(CheckRow(name_, row, num_rows_));
+    const auto it = s.capacity > 0 ? s.slot_of.find(row) : s.slot_of.end();
+    if (it != s.slot_of.end()) {
+      ++hits;
+      s.referenced[static_cast<size_t>(it->second)] = 1;
+      if (fill) {
+        const std::byte* slot = s.Slot(it->second);
+        std::memcpy(values.data() + i * s.value_bytes, slot, s.value_bytes);
+        std::memcpy(scales.data() + i * s.scale_bytes, slot + s.value_bytes, s.scale_bytes);
+      }
+      continue;
+    }
+    s.misses.push_back(row);
+    s.miss_index.push_back(i);
+  }
+  s.cache_hits.fetch_add(hits, std::memory_order_relaxed);
+  const uint64_t row_pages = (s.value_bytes + kPageBytes - 1) / kPageBytes + 1 +
+                             (s.scale_bytes + kPageBytes - 1) / kPageBytes + 1;
+  size_t begin = 0;
+  while (begin < s.misses.size()) {
+    // The pages of as many misses as the staging buffer holds, de-duplicated.
+    s.pages.clear();
+    size_t end = begin;
+    while (end < s.misses.size() && s.pages.size() + row_pages <= s.max_pages) {
+      const uint64_t r = static_cast<uint64_t>(s.misses[end]);
+      s.AddPages(0, r * s.value_bytes, s.value_bytes);
+      s.AddPages(1, r * s.scale_bytes, s.scale_bytes);
+      ++end;
+    }
+    std::sort(s.pages.begin(), s.pages.end());
+    s.pages.erase(std::unique(s.pages.begin(), s.pages.end()), s.pages.end());
+    s.runs.clear();
+    for (size_t i = 0; i < s.pages.size(); ++i) {
+      const int32_t file = static_cast<int32_t>(s.pages[i] >> 56);
+      const uint64_t page = s.pages[i] & ((uint64_t{1} << 56) - 1);
+      if (!s.runs.empty()) {
+        State::Run& last = s.runs.back();
+        if (last.file == file && last.first_page + last.count == page &&
+            last.count < kMaxRunPages) {
+          ++last.count;
+          continue;
+        }
+      }
+      s.runs.push_back(State::Run{
+          .file = file, .first_page = page, .count = 1, .staging_page = static_cast<uint64_t>(i)});
+    }
+    if (!s.direct_io) {
+      // Queue every read with the kernel first (asynchronous read-ahead of exactly these pages),
+      // so the reads are in flight at once even when the I/O threads are slow to be scheduled.
+      for (const State::Run& r : s.runs) {
+        (void)::posix_fadvise(s.files[r.file].fd, static_cast<off_t>(r.first_page * kPageBytes),
+                              static_cast<off_t>(r.count * kPageBytes), POSIX_FADV_WILLNEED);
+      }
+    }
+    std::fill(s.thread_status.begin(), s.thread_status.end(), OkStatus());
+    std::fill(s.thread_bytes.begin(), s.thread_bytes.end(), 0);
+    s.io_pool->ParallelFor(static_cast<int64_t>(s.runs.size()), 1,
+                           [&s](int64_t b, int64_t e, int thread_idx) {
+                             const size_t t = static_cast<size_t>(thread_idx);
+                             for (int64_t i = b; i < e && s.thread_status[t].ok(); ++i) {
+                               uint64_t got = 0;
+                               s.thread_status[t] = s.ReadRun(s.runs[static_cast<size_t>(i)], &got);
+                               s.thread_bytes[t] += got;
+                             }
+                           });
+    uint64_t bytes = 0;
+    for (uint64_t b : s.thread_bytes) bytes += b;
+    s.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+    s.pages_read.fetch_add(s.pages.size(), std::memory_order_relaxed);
+    for (const Status& status : s.thread_status) {
+      if (!status.ok()) {
+        s.read_errors.fetch_add(1, std::memory_order_relaxed);
+        return status;
+      }
+    }
+    for (size_t m = begin; m < end; ++m) {
+      const uint64_t r = static_cast<uint64_t>(s.misses[m]);
+      const std::byte* value = s.Staged(0, r * s.value_bytes);
+      const std::byte* scale = s.Staged(1, r * s.scale_bytes);
+      if (fill) {
+        const size_t i = s.miss_index[m];
+        std::memcpy(values.data() + i * s.value_bytes, value, s.value_bytes);
+        std::memcpy(scales.data() + i * s.scale_bytes, scale, s.scale_bytes);
+      }
+      s.Insert(static_cast<int64_t>(r), value, scale);
+    }
+    s.rows_read.fetch_add(end - begin, std::memory_order_relaxed);
+    begin = end;
+  }
+  return OkStatus();
+}
+
+Status DiskEngramRowSource::FillRows(std::span<const int64_t> row_ids, std::span<std::byte> values,
+                                     std::span<std::byte> scales) const {
+  CheckFillSizes(row_ids.size(), row_dim_, values, scales);
+  if (row_ids.empty()) return OkStatus();
+  return Fetch(row_ids, values, scales);
+}
+
+Status DiskEngramRowSource::WarmRows(std::span<const int64_t> row_ids) const {
+  if (state_->capacity == 0 || row_ids.empty()) return OkStatus();
+  return Fetch(row_ids, {}, {});
+}
+
+Status DiskEngramRowSource::DropCaches() {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.slot_of.clear();
+  std::fill(s.slot_row.begin(), s.slot_row.end(), -1);
+  std::fill(s.referenced.begin(), s.referenced.end(), 0);
+  s.used = 0;
+  s.hand = 0;
+  return OkStatus();
+}
+
+uint64_t DiskEngramRowSource::resident_bytes() const {
+  return state_->cache_memory.bytes().size() + state_->staging.bytes().size();
+}
+
+int64_t DiskEngramRowSource::cache_capacity_rows() const { return state_->capacity; }
+
+EngramStoreCounters DiskEngramRowSource::counters() const {
+  const State& s = *state_;
+  EngramStoreCounters c;
+  c.rows_fetched = s.rows_fetched.load(std::memory_order_relaxed);
+  c.cache_hits = s.cache_hits.load(std::memory_order_relaxed);
+  c.rows_read = s.rows_read.load(std::memory_order_relaxed);
+  c.pages_read = s.pages_read.load(std::memory_order_relaxed);
+  c.bytes_read = s.bytes_read.load(std::memory_order_relaxed);
+  c.read_errors = s.read_errors.load(std::memory_order_relaxed);
+  return c;
+}
+
+// ---- EngramStorage ------------------------------------------------------------------------
+
+EngramStorage::EngramStorage(EngramStoreOptions options,
+                             std::vector<std::unique_ptr<EngramRowSource>> tables,
+                             std::vector<std::string> paths)
+    : options_(options), tables_(std::move(tables)), paths_(std::move(paths)) {}
+
+Result<std::unique_ptr<EngramStorage>> EngramStorage::Open(const ModelWeights& weights,
+                                                           const EngramStoreOptions& options,
+                                                           ThreadPool& pool,
+                                                           const ProgressFn& progress) {
+  const std::vector<int32_t> layers = EngramLayersBySlot(weights);
+  std::vector<std::unique_ptr<EngramRowSource>> tables;
+  std::set<std::string> paths;
+  uint64_t total_rows = 0;
+  uint64_t total_bytes = 0;
+  for (int32_t layer : layers) {
+    DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows, MappedEngramRowSource::Open(weights, layer));
+    total_rows += static_cast<uint64_t>(rows.num_rows());
+    total_bytes += static_cast<uint64_t>(rows.num_rows()) * (rows.row_dim() + rows.row_dim() / 32);
+    for (const char* suffix : {".weight", ".scale"}) {
+      DSV41_ASSIGN_OR_RETURN(TensorFileRange range,
+                             weights.checkpoint().Locate(TableName(layer) + suffix));
+      paths.insert(range.path);
+    }
+  }
+  uint64_t copied = 0;
+  for (int32_t layer : layers) {
+    const std::string name = TableName(layer);
+    DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows, MappedEngramRowSource::Open(weights, layer));
+    DSV41_ASSIGN_OR_RETURN(TensorView values, weights.Get(name + ".weight"));
+    DSV41_ASSIGN_OR_RETURN(TensorView scales, weights.Get(name + ".scale"));
+    switch (options.tier) {
+      case EngramTier::kResident: {
+        DSV41_ASSIGN_OR_RETURN(AnonymousMemory value_copy,
+                               AnonymousMemory::Allocate(values.bytes.size(), name + ".weight"));
+        DSV41_ASSIGN_OR_RETURN(AnonymousMemory scale_copy,
+                               AnonymousMemory::Allocate(scales.bytes.size(), name + ".scale"));
+        DSV41_RETURN_IF_ERROR(CopyWithProgress(values.bytes, value_copy.bytes(), pool, progress,
+                                               copied, total_bytes));
+        DSV41_RETURN_IF_ERROR(CopyWithProgress(scales.bytes, scale_copy.bytes(), pool, progress,
+                                               copied, total_bytes));
+        // The mapping's pages are not needed any more.
+        ReleaseMappedPages(values.bytes);
+        ReleaseMappedPages(scales.bytes);
+        tables.push_back(std::make_unique<ResidentEngramRowSource>(
+            name, rows.num_rows(), rows.row_dim(), std::move(value_copy), std::move(scale_copy)));
+        break;
+      }
+      case EngramTier::kMapped:
+        tables.push_back(
+            std::make_unique<MappedTierRowSource>(std::move(rows), values.bytes, scales.bytes));
+        break;
+      case EngramTier::kDisk: {
+        // The cache is shared out by row count.
+        const uint64_t share =
+            total_rows == 0 ? 0
+                            : static_cast<uint64_t>(static_cast<long double>(options.cache_bytes) *
+                                                    static_cast<long double>(rows.num_rows()) /
+                                                    static_cast<long double>(total_rows));
+        DSV41_ASSIGN_OR_RETURN(std::unique_ptr<DiskEngramRowSource> disk,
+                               DiskEngramRowSource::Open(weights, layer, options, share));
+        tables.push_back(std::move(disk));
+        break;
+      }
+    }
+  }
+  return std::make_unique<EngramStorage>(options, std::move(tables),
+                                         std::vector<std::string>(paths.begin(), paths.end()));
+}
+
+uint64_t EngramStorage::table_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& t : tables_) {
+    bytes += static_cast<uint64_t>(t->num_rows()) * (t->row_dim() + t->row_dim() / 32);
+  }
+  return bytes;
+}
+
+uint64_t EngramStorage::resident_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& t : tables_) bytes += t->resident_bytes();
+  return bytes;
+}
+
+EngramStoreCounters EngramStorage::counters() const {
+  EngramStoreCounters sum;
+  for (const auto& t : tables_) {
+    const EngramStoreCounters c = t->counters();
+    sum.rows_fetched += c.rows_fetched;
+    sum.cache_hits += c.cache_hits;
+    sum.rows_read += c.rows_read;
+    sum.pages_read += c.pages_read;
+    sum.bytes_read += c.bytes_read;
+    sum.read_errors += c.read_errors;
+  }
+  return sum;
+}
+
+Status EngramStorage::DropCaches() {
+  for (auto& t : tables_) DSV41_RETURN_IF_ERROR(t->DropCaches());
+  if (options_.tier == EngramTier::kResident) return OkStatus();
+  for (const std::string& path : paths_) DSV41_RETURN_IF_ERROR(DropFileFromPageCache(path));
+  return OkStatus();
+}
+
+}  // namespace dsv41
