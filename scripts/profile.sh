@@ -27,7 +27,7 @@ buckets = [
                      r"PrepareLinearInput|LinearOutputs|RunLinearJobs|FakeQuant|Linear\b|LinearBf16|"
                      r"HeadLogits|Tile<|BufferedTile|ChunkDots|ChunkFma|DecodeChunk"),
     ("attention", r"SinkAttention|Attention::|DecodeSwaRow|DecodeKvRow|EncodeSwaRow|EncodeKvRow|Rope|"
-                  r"Compressor|Pool"),
+                  r"Compressor|Pooling|PoolRows"),
     ("indexer", r"Indexer|IndexRow|TopK|CandidateMask"),
     ("mHC mix + Sinkhorn", r"HcPre|HcPost|Sinkhorn|Mix"),
     ("exact sums (mHC, attention)", r"SumTerms|ExactDot|ExactSum|ExactInDouble|ExactMean|Columns|DotSimd"),
