@@ -11,9 +11,13 @@ BlockPool::BlockPool(uint32_t num_blocks, int32_t num_groups)
       ref_(num_blocks, 0),
       hash_group_(num_blocks, kNoGroup),
       hash_(num_blocks, 0),
-      maps_(static_cast<size_t>(num_groups)) {
+      num_groups_(num_groups) {
   DSV41_CHECK(num_blocks < 0xFFFFFFFFu, "%u blocks", num_blocks);
   DSV41_CHECK(num_groups >= 0, "%d groups", num_groups);
+  size_t capacity = 2;
+  while (capacity < 2 * static_cast<size_t>(num_blocks)) capacity *= 2;
+  slots_.assign(capacity, kEmptySlot);
+  slot_mask_ = capacity - 1;
   prev_[num_blocks_] = num_blocks_;
   next_[num_blocks_] = num_blocks_;
   for (uint32_t b = 0; b < num_blocks_; ++b) PushBack(b);
@@ -34,19 +38,51 @@ void BlockPool::PushBack(uint32_t block) {
   prev_[num_blocks_] = block;
 }
 
+size_t BlockPool::HomeSlot(int32_t group, BlockHash hash) const {
+  uint64_t z = hash ^ (static_cast<uint64_t>(group) + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<size_t>(z ^ (z >> 31)) & slot_mask_;
+}
+
+size_t BlockPool::FindSlot(int32_t group, BlockHash hash) const {
+  for (size_t i = HomeSlot(group, hash);; i = (i + 1) & slot_mask_) {
+    const uint32_t block = slots_[i];
+    if (block == kEmptySlot) return kNoSlot;
+    if (hash_group_[block] == group && hash_[block] == hash) return i;
+  }
+}
+
 void BlockPool::DropHash(uint32_t block) {
   const int32_t group = hash_group_[block];
   DSV41_CHECK(group != kNoGroup, "block %u holds no hash", block);
-  const size_t erased = maps_[static_cast<size_t>(group)].erase(hash_[block]);
-  DSV41_CHECK(erased == 1, "block %u: its (group %d, hash) entry is missing", block, group);
+  size_t hole = FindSlot(group, hash_[block]);
+  DSV41_CHECK(hole != kNoSlot && slots_[hole] == block,
+              "block %u: its (group %d, hash) entry is missing", block, group);
+  // Backward-shift deletion: every later entry of the probe run whose home does not lie in
+  // (hole, its slot] moves into the hole, so lookups never meet a gap before their entry.
+  for (size_t j = (hole + 1) & slot_mask_; slots_[j] != kEmptySlot; j = (j + 1) & slot_mask_) {
+    const uint32_t moved = slots_[j];
+    const size_t home = HomeSlot(hash_group_[moved], hash_[moved]);
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (stays) continue;
+    slots_[hole] = moved;
+    hole = j;
+  }
+  slots_[hole] = kEmptySlot;
   hash_group_[block] = kNoGroup;
   hash_[block] = 0;
 }
 
 std::optional<std::vector<uint32_t>> BlockPool::Allocate(uint32_t n) {
-  if (n > num_free_) return std::nullopt;
   std::vector<uint32_t> blocks;
-  blocks.reserve(n);
+  if (!Allocate(n, blocks)) return std::nullopt;
+  return blocks;
+}
+
+bool BlockPool::Allocate(uint32_t n, std::vector<uint32_t>& blocks) {
+  if (n > num_free_) return false;
+  blocks.clear();
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t block = next_[num_blocks_];
     DSV41_CHECK(block != num_blocks_ && ref_[block] == 0, "free queue broken at %u", block);
@@ -60,15 +96,14 @@ std::optional<std::vector<uint32_t>> BlockPool::Allocate(uint32_t n) {
     blocks.push_back(block);
   }
   num_free_ -= n;
-  return blocks;
+  return true;
 }
 
 std::optional<uint32_t> BlockPool::Lookup(int32_t group, BlockHash hash) const {
   DSV41_CHECK(group >= 0 && group < num_groups(), "group %d of %d", group, num_groups());
-  const auto& map = maps_[static_cast<size_t>(group)];
-  const auto it = map.find(hash);
-  if (it == map.end()) return std::nullopt;
-  return it->second;
+  const size_t slot = FindSlot(group, hash);
+  if (slot == kNoSlot) return std::nullopt;
+  return slots_[slot];
 }
 
 void BlockPool::Touch(uint32_t block) {
@@ -98,7 +133,12 @@ bool BlockPool::Cache(int32_t group, BlockHash hash, uint32_t block) {
   DSV41_CHECK(block < num_blocks_, "block %u of %u", block, num_blocks_);
   DSV41_CHECK(ref_[block] > 0, "caching unreferenced block %u", block);
   if (hash_group_[block] != kNoGroup) return false;
-  if (!maps_[static_cast<size_t>(group)].emplace(hash, block).second) return false;
+  size_t i = HomeSlot(group, hash);
+  for (; slots_[i] != kEmptySlot; i = (i + 1) & slot_mask_) {
+    const uint32_t other = slots_[i];
+    if (hash_group_[other] == group && hash_[other] == hash) return false;
+  }
+  slots_[i] = block;  // a free slot exists: the entries never outnumber half the slots
   hash_group_[block] = group;
   hash_[block] = hash;
   return true;
@@ -153,21 +193,20 @@ Status BlockPool::CheckConsistency() const {
     if (group < 0 || group >= num_groups()) {
       return InternalError("block pool: block %u holds a hash of group %d", b, group);
     }
-    const auto& map = maps_[static_cast<size_t>(group)];
-    const auto it = map.find(hash_[b]);
-    if (it == map.end() || it->second != b) {
+    const size_t slot = FindSlot(group, hash_[b]);
+    if (slot == kNoSlot || slots_[slot] != b) {
       return InternalError("block pool: block %u: its (group %d, hash %016llx) entry is missing", b,
                            group, static_cast<unsigned long long>(hash_[b]));
     }
   }
-  for (int32_t g = 0; g < num_groups(); ++g) {
-    for (const auto& [hash, b] : maps_[static_cast<size_t>(g)]) {
-      if (b >= num_blocks_ || hash_group_[b] != g || hash_[b] != hash) {
-        return InternalError(
-            "block pool: (group %d, hash %016llx) names block %u, which holds no "
-            "such key",
-            g, static_cast<unsigned long long>(hash), b);
-      }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const uint32_t b = slots_[i];
+    if (b == kEmptySlot) continue;
+    if (b >= num_blocks_ || hash_group_[b] == kNoGroup) {
+      return InternalError("block pool: map slot %zu names block %u, which holds no hash", i, b);
+    }
+    if (FindSlot(hash_group_[b], hash_[b]) != i) {
+      return InternalError("block pool: map slot %zu (block %u) is not where its key leads", i, b);
     }
   }
   if (count != num_free_) {

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -26,7 +25,7 @@ class BlockPool {
   BlockPool(uint32_t num_blocks, int32_t num_groups);
 
   uint32_t num_blocks() const { return num_blocks_; }
-  int32_t num_groups() const { return static_cast<int32_t>(maps_.size()); }
+  int32_t num_groups() const { return num_groups_; }
   // Blocks with reference count 0 (in the free queue), cached or not.
   uint32_t num_free() const { return num_free_; }
   // Free blocks that still hold a prefix hash (evictable hits).
@@ -37,6 +36,9 @@ class BlockPool {
   // (group, hash) entry is dropped and num_evictions counts it). std::nullopt, with nothing
   // changed, when fewer than n blocks are free.
   std::optional<std::vector<uint32_t>> Allocate(uint32_t n);
+  // The same into `blocks` (replaced; its capacity kept, so a step allocates nothing); false,
+  // with nothing changed, when fewer than n blocks are free.
+  bool Allocate(uint32_t n, std::vector<uint32_t>& blocks);
 
   // The block cached under (group, hash), referenced or free; std::nullopt on a miss.
   std::optional<uint32_t> Lookup(int32_t group, BlockHash hash) const;
@@ -72,8 +74,13 @@ class BlockPool {
   void Unlink(uint32_t block);
   void PushBack(uint32_t block);
   void DropHash(uint32_t block);
+  size_t HomeSlot(int32_t group, BlockHash hash) const;
+  // The slot holding the block cached under (group, hash), or kNoSlot.
+  size_t FindSlot(int32_t group, BlockHash hash) const;
 
   static constexpr int32_t kNoGroup = -1;
+  static constexpr uint32_t kEmptySlot = 0xFFFFFFFFu;
+  static constexpr size_t kNoSlot = ~size_t{0};
 
   uint32_t num_blocks_;
   // Intrusive doubly linked free queue over ids; index num_blocks_ is the sentinel (head = its
@@ -83,7 +90,13 @@ class BlockPool {
   std::vector<uint32_t> ref_;
   std::vector<int32_t> hash_group_;  // kNoGroup when the block holds no hash
   std::vector<BlockHash> hash_;
-  std::vector<std::unordered_map<BlockHash, uint32_t>> maps_;  // per group: hash → block
+  int32_t num_groups_;
+  // The prefix-cache map (group, hash) → block: open addressing with linear probing over block
+  // ids (kEmptySlot where free), the key of an entry being its block's (hash_group_, hash_).
+  // A block holds at most one hash, so the entries never outnumber the blocks; the table is sized
+  // once to a power of two >= 2 × num_blocks and never allocates afterwards.
+  std::vector<uint32_t> slots_;
+  size_t slot_mask_ = 0;
   uint32_t num_free_ = 0;
   uint32_t num_cached_free_ = 0;
   uint64_t num_evictions_ = 0;

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <random>
+#include <utility>
 #include <vector>
 
 namespace dsv41 {
@@ -155,6 +158,50 @@ TEST(BlockPoolTest, UncacheDropsTheKey) {
   EXPECT_FALSE(pool.is_cached(0));
   EXPECT_EQ(pool.Lookup(0, 9u), std::nullopt);
   EXPECT_TRUE(pool.CheckConsistency().ok());
+}
+
+// The flat prefix-cache map against std::map over random caching, uncaching and evictions: few
+// distinct hashes in several groups collide in the probe runs, so deletions shift entries back.
+TEST(BlockPoolTest, MapAgreesWithAReferenceUnderChurn) {
+  std::mt19937 rng(5);
+  for (const uint32_t num_blocks : {1u, 7u, 64u}) {
+    BlockPool pool(num_blocks, 3);
+    std::vector<uint32_t> held = Take(pool, num_blocks);  // every block referenced
+    std::map<std::pair<int32_t, BlockHash>, uint32_t> want;
+    std::map<uint32_t, std::pair<int32_t, BlockHash>> key_of;
+    for (int op = 0; op < 4000; ++op) {
+      const uint32_t block = held[rng() % num_blocks];
+      const int32_t group = static_cast<int32_t>(rng() % 3);
+      const BlockHash hash = rng() % 23;
+      if (rng() % 3 == 0) {
+        const bool had = key_of.count(block) > 0;
+        EXPECT_EQ(pool.Uncache(block), had);
+        if (had) {
+          want.erase(key_of[block]);
+          key_of.erase(block);
+        }
+      } else {
+        const bool fresh = key_of.count(block) == 0 && want.count({group, hash}) == 0;
+        EXPECT_EQ(pool.Cache(group, hash, block), fresh);
+        if (fresh) {
+          want[{group, hash}] = block;
+          key_of[block] = {group, hash};
+        }
+      }
+      for (int32_t g = 0; g < 3; ++g) {
+        for (BlockHash h = 0; h < 23; ++h) {
+          const auto it = want.find({g, h});
+          const std::optional<uint32_t> got = pool.Lookup(g, h);
+          ASSERT_EQ(got.has_value(), it != want.end())
+              << "op " << op << " (" << g << ", " << h << ")";
+          if (got.has_value()) {
+            EXPECT_EQ(*got, it->second);
+          }
+        }
+      }
+      ASSERT_TRUE(pool.CheckConsistency().ok()) << pool.CheckConsistency().ToString();
+    }
+  }
 }
 
 TEST(BlockPoolDeathTest, MisuseAborts) {

@@ -151,7 +151,7 @@ int64_t KvCacheManager::NumBlocksNeeded(const RequestBlockTables& req, int64_t n
 bool KvCacheManager::Allocate(RequestBlockTables& req, int64_t num_computed, int64_t num_new) {
   EnsureTables(req);
   const int64_t first = FirstWindowBlock(num_computed);
-  std::vector<uint32_t> slid;
+  std::vector<uint32_t>& slid = scratch_;
   for (const int32_t g : window_groups_) {
     std::vector<uint32_t>& table = req.tables[static_cast<size_t>(g)];
     slid.clear();
@@ -165,15 +165,15 @@ bool KvCacheManager::Allocate(RequestBlockTables& req, int64_t num_computed, int
   }
   const int64_t need = NumBlocksNeeded(req, num_computed, num_new);
   if (need > static_cast<int64_t>(pool_.num_free())) return false;
-  std::optional<std::vector<uint32_t>> fresh = pool_.Allocate(static_cast<uint32_t>(need));
-  DSV41_CHECK(fresh.has_value(), "%lld blocks of %u free", static_cast<long long>(need),
-              pool_.num_free());
+  std::vector<uint32_t>& fresh = scratch_;
+  DSV41_CHECK(pool_.Allocate(static_cast<uint32_t>(need), fresh), "%lld blocks of %u free",
+              static_cast<long long>(need), pool_.num_free());
   size_t next = 0;
   const int64_t end_blocks = CeilDiv(num_computed + num_new, block_tokens_);
   for (int32_t g = 0; g < static_cast<int32_t>(plan_.groups.size()); ++g) {
     std::vector<uint32_t>& table = req.tables[static_cast<size_t>(g)];
     if (g == plan_.ring_group_idx) {
-      if (table.empty()) table.push_back((*fresh)[next++]);
+      if (table.empty()) table.push_back(fresh[next++]);
       continue;
     }
     const int64_t from = g == plan_.kv_group_idx ? 0 : first;
@@ -182,10 +182,10 @@ bool KvCacheManager::Allocate(RequestBlockTables& req, int64_t num_computed, int
     }
     for (int64_t i = from; i < end_blocks; ++i) {
       uint32_t& block = table[static_cast<size_t>(i)];
-      if (block == kNoBlock) block = (*fresh)[next++];
+      if (block == kNoBlock) block = fresh[next++];
     }
   }
-  DSV41_CHECK(next == fresh->size(), "used %zu of %zu new blocks", next, fresh->size());
+  DSV41_CHECK(next == fresh.size(), "used %zu of %zu new blocks", next, fresh.size());
   return true;
 }
 
@@ -220,8 +220,18 @@ void KvCacheManager::CacheFullBlocks(RequestBlockTables& req, std::span<const in
   req.num_cached_blocks = std::max(req.num_cached_blocks, num_full);
 }
 
+void KvCacheManager::Reserve(RequestBlockTables& req, int64_t max_tokens) {
+  EnsureTables(req);
+  const size_t blocks =
+      static_cast<size_t>(CeilDiv(std::max<int64_t>(max_tokens, 0), block_tokens_));
+  for (int32_t g = 0; g < static_cast<int32_t>(plan_.groups.size()); ++g) {
+    if (g != plan_.ring_group_idx) req.tables[static_cast<size_t>(g)].reserve(blocks);
+  }
+  req.block_hashes.reserve(blocks);
+}
+
 void KvCacheManager::Free(RequestBlockTables& req) {
-  std::vector<uint32_t> blocks;
+  std::vector<uint32_t>& blocks = scratch_;
   for (const std::vector<uint32_t>& table : req.tables) {
     blocks.clear();
     for (auto it = table.rbegin(); it != table.rend(); ++it) {
@@ -242,7 +252,7 @@ void KvCacheManager::Truncate(RequestBlockTables& req, int64_t num_tokens) {
   const int64_t num_full = num_tokens / block_tokens_;
   const bool partial_was_offered =
       num_tokens % block_tokens_ != 0 && num_full < req.num_cached_blocks;
-  std::vector<uint32_t> blocks;
+  std::vector<uint32_t>& blocks = scratch_;
   for (int32_t g = 0; g < static_cast<int32_t>(plan_.groups.size()); ++g) {
     if (g == plan_.ring_group_idx) continue;
     std::vector<uint32_t>& table = req.tables[static_cast<size_t>(g)];

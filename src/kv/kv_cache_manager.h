@@ -87,6 +87,10 @@ class KvCacheManager {
   void CacheFullBlocks(RequestBlockTables& req, std::span<const int32_t> token_ids,
                        int64_t num_computed);
 
+  // Reserves the request's tables and hashes for max_tokens positions, so that the steps that
+  // reach them allocate nothing.
+  void Reserve(RequestBlockTables& req, int64_t max_tokens);
+
   // Releases every block of the request (finish, abort, preemption), each group's last logical
   // block first (so tails are evicted before the prefixes they extend), and clears it.
   void Free(RequestBlockTables& req);
@@ -117,6 +121,7 @@ class KvCacheManager {
   int64_t window_tokens_;               // W
   std::vector<int32_t> window_groups_;  // SWA then draft group indexes
   PrefixCacheStats stats_;
+  std::vector<uint32_t> scratch_;  // block ids in flight inside one call (capacity kept)
 };
 
 }  // namespace dsv41

@@ -1,5 +1,7 @@
 #include "kv/token_history.h"
 
+#include <algorithm>
+
 namespace dsv41 {
 
 Status TokenHistory::Append(std::span<const int32_t> token_ids, std::span<const int32_t> class_ids,
@@ -44,6 +46,13 @@ void TokenHistory::Clear() {
   class_ids_.clear();
   dead_.clear();
   num_dead_ = 0;
+}
+
+void TokenHistory::Reserve(int64_t num_tokens) {
+  const size_t n = static_cast<size_t>(std::max<int64_t>(num_tokens, 0));
+  token_ids_.reserve(n);
+  class_ids_.reserve(n);
+  dead_.reserve(n);
 }
 
 }  // namespace dsv41

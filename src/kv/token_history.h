@@ -32,6 +32,8 @@ class TokenHistory {
   // Keeps the first `num_tokens` tokens (speculative rollback, a shortened prefix). OutOfRange
   // when num_tokens is negative or above size().
   Status Truncate(int64_t num_tokens);
+  // Room for num_tokens positions without reallocating.
+  void Reserve(int64_t num_tokens);
 
   // Forgets everything (the history of a new request).
   void Clear();
