@@ -68,7 +68,11 @@ void ComputeEngramRows(const EngramHashConstants& constants, std::span<const int
   DSV41_CHECK(out.size() == static_cast<size_t>(num_pos) * num_layers * num_cols,
               "out has %zu entries; want %lld x %zu x %zu", out.size(),
               static_cast<long long>(num_pos), num_layers, num_cols);
-  std::vector<int64_t> x(static_cast<size_t>(constants.max_ngram_size));
+  // The lookback ids of one position (G <= kMaxEngramNgramSize of them).
+  DSV41_CHECK(constants.max_ngram_size <= kMaxEngramNgramSize, "max_ngram_size %d > %d",
+              constants.max_ngram_size, kMaxEngramNgramSize);
+  int64_t lookback[kMaxEngramNgramSize];
+  const std::span<int64_t> x(lookback, static_cast<size_t>(constants.max_ngram_size));
   for (int64_t i = 0; i < num_pos; ++i) {
     EngramLookback(class_ids, dead, first_pos + i, constants.pad_class_id, x);
     for (size_t l = 0; l < num_layers; ++l) {

@@ -38,6 +38,10 @@ enum class ScoringFunc { kSqrtSoftplus, kSoftmax, kSigmoid };
 
 // The text model's configuration, with HF names (model.md §1.2). Every size in the engine comes
 // from here; nothing is hard-coded to the released values.
+// The longest Engram n-gram a config may ask for (the lookback of one position lives on the
+// stack of the step that hashes it).
+inline constexpr int32_t kMaxEngramNgramSize = 16;
+
 struct ModelConfig {
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
@@ -85,8 +89,8 @@ struct ModelConfig {
 
   std::vector<int32_t> engram_layer_ids;
   std::vector<int64_t> engram_num_embeddings;
-  int32_t engram_max_ngram_size = 0;
-  int64_t engram_vocab_size = 0;  // start of the prime search, not a row count
+  int32_t engram_max_ngram_size = 0;  // 2 .. kMaxEngramNgramSize
+  int64_t engram_vocab_size = 0;      // start of the prime search, not a row count
   int32_t engram_n_heads = 0;
   int32_t engram_head_dim = 0;
   int32_t engram_pad_token_id = 2;

@@ -217,8 +217,9 @@ std::optional<ConfigIssue> CheckEngram(const ModelConfig& c) {
              "%zu entries; want one per engram_layer_ids entry (%zu)",
              c.engram_num_embeddings.size(), ids.size());
   if (ids.empty()) return std::nullopt;
-  DSV41_RULE(c.engram_max_ngram_size >= 2, "engram_max_ngram_size", "%d; want >= 2",
-             c.engram_max_ngram_size);
+  DSV41_RULE(c.engram_max_ngram_size >= 2 && c.engram_max_ngram_size <= kMaxEngramNgramSize,
+             "engram_max_ngram_size", "%d; want 2 .. %d", c.engram_max_ngram_size,
+             kMaxEngramNgramSize);
   DSV41_RULE(c.engram_n_heads >= 1, "engram_n_heads", "%d; want >= 1", c.engram_n_heads);
   DSV41_RULE(c.engram_head_dim >= 32 && c.engram_head_dim % 32 == 0, "engram_head_dim",
              "%d is not a positive multiple of 32 (one table scale per 32 values)",

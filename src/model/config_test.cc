@@ -532,7 +532,9 @@ const RuleCase kRuleCases[] = {
      "engram_num_embeddings: entry 1 (layer 14) is 384016683, but that layer's primes sum to "
      "384016682"},
     {"EngramOrderOne", [](ModelConfig& c) { c.engram_max_ngram_size = 1; },
-     "engram_max_ngram_size: 1; want >= 2"},
+     "engram_max_ngram_size: 1; want 2 .. 16"},
+    {"EngramOrderTooLong", [](ModelConfig& c) { c.engram_max_ngram_size = 17; },
+     "engram_max_ngram_size: 17; want 2 .. 16"},
     {"EngramNoHeads", [](ModelConfig& c) { c.engram_n_heads = 0; }, "engram_n_heads: 0"},
     {"EngramHeadDimNotBlockMultiple", [](ModelConfig& c) { c.engram_head_dim = 240; },
      "engram_head_dim: 240 is not a positive multiple of 32"},
