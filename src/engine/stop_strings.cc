@@ -19,10 +19,12 @@ StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(st
 
 StopStringMatcher::Result StopStringMatcher::Push(std::string_view delta) {
   Result result;
-  if (stopped_) {
-    result.stopped = true;
-    return result;
-  }
+  result.stopped = Push(delta, result.emit);
+  return result;
+}
+
+bool StopStringMatcher::Push(std::string_view delta, std::string& emit) {
+  if (stopped_) return true;
   held_.append(delta);
   // The earliest complete occurrence. held_ had none before this delta, so any occurrence ends in
   // the delta; a stop that began in text already emitted is impossible, since that text would
@@ -36,11 +38,10 @@ StopStringMatcher::Result StopStringMatcher::Push(std::string_view delta) {
     }
   }
   if (stop_pos != std::string::npos) {
-    result.emit = held_.substr(0, stop_pos);
-    result.stopped = true;
+    emit.append(held_, 0, stop_pos);
     stopped_ = true;
     held_.clear();
-    return result;
+    return true;
   }
   // The longest suffix of held_ that is a proper prefix of some stop string.
   size_t hold = 0;
@@ -57,9 +58,15 @@ StopStringMatcher::Result StopStringMatcher::Push(std::string_view delta) {
   size_t cut = held_.size() - hold;
   // A stop string starting mid-character (not valid UTF-8) must not split a character in emit.
   while (cut > 0 && cut < held_.size() && IsUtf8Continuation(held_[cut])) --cut;
-  result.emit = held_.substr(0, cut);
+  emit.append(held_, 0, cut);
   held_.erase(0, cut);
-  return result;
+  return false;
+}
+
+void StopStringMatcher::Reserve(size_t delta_bytes) {
+  size_t longest = 0;
+  for (const std::string& stop : stops_) longest = std::max(longest, stop.size());
+  held_.reserve(longest + delta_bytes);
 }
 
 std::string StopStringMatcher::Flush() {

@@ -24,6 +24,11 @@ class StopStringMatcher {
   // and later pushes emit nothing, still with stopped = true), else everything except the longest
   // suffix that is a proper prefix of some stop string (held back until resolved).
   Result Push(std::string_view delta);
+  // The same, appending the text now safe to stream to `emit`; returns stopped.
+  bool Push(std::string_view delta, std::string& emit);
+
+  // Room to hold back a stop string's proper prefix plus a delta of `delta_bytes`.
+  void Reserve(size_t delta_bytes);
 
   // The held-back text at the end of generation (none after a stop); the matcher then holds none.
   std::string Flush();

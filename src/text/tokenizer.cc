@@ -936,12 +936,16 @@ StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, DecodeOpt
     : tokenizer_(&tokenizer), options_(options) {}
 
 std::string StreamingDetokenizer::Push(int32_t id) {
-  if (options_.skip_special_tokens && tokenizer_->IsSpecial(id)) return {};
-  pending_bytes_ += tokenizer_->TokenBytes(id);
   std::string text;
+  Push(id, text);
+  return text;
+}
+
+void StreamingDetokenizer::Push(int32_t id, std::string& text) {
+  if (options_.skip_special_tokens && tokenizer_->IsSpecial(id)) return;
+  pending_bytes_ += tokenizer_->TokenBytes(id);
   const size_t consumed = AppendUtf8Lossy(pending_bytes_, /*final=*/false, &text);
   pending_bytes_.erase(0, consumed);
-  return text;
 }
 
 std::string StreamingDetokenizer::Finish() {

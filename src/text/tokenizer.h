@@ -94,6 +94,10 @@ class StreamingDetokenizer {
 
   // Text completed by `id`; may be empty while a multi-byte character is incomplete.
   std::string Push(int32_t id);
+  // The same, appended to `text` (no allocation once the buffers have grown).
+  void Push(int32_t id, std::string& text);
+  // Room for `bytes` held-back bytes (a token's bytes plus an incomplete character's).
+  void Reserve(size_t bytes) { pending_bytes_.reserve(bytes); }
   // Flushes held-back bytes (an incomplete character becomes U+FFFD) and resets the state.
   std::string Finish();
 
