@@ -2,8 +2,11 @@
 // while TextModel::Forward runs decode steps after a warm-up (the step arena has grown to its
 // high-water mark), on the tiny preset — every layer mode, the indexer and Engram included. The
 // same holds for a DSpark decode step (issue 10): the forward recording main_hidden, the seeding
-// of the draft windows and the draft of the next block.
+// of the draft windows and the draft of the next block; and for a whole engine step of a batch of
+// decoding requests (scheduling, the batch, the forward, sampling with penalties, stop strings,
+// the detokenizer, the outputs), with DSpark off and on.
 
+#include <execinfo.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,6 +18,8 @@
 #include <vector>
 
 #include "base/exec_context.h"
+#include "base/thread_pool.h"
+#include "engine/engine.h"
 #include "engine/loaded_model.h"
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
@@ -34,16 +39,38 @@
 namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<int64_t> g_allocations{0};
+// The call stacks of the first counted allocations, printed when a test fails.
+constexpr int kMaxStacks = 8;
+constexpr int kStackDepth = 24;
+void* g_stacks[kMaxStacks][kStackDepth];
+int g_stack_depth[kMaxStacks];
+
+void Count() {
+  if (!g_counting.load(std::memory_order_relaxed)) return;
+  const int64_t n = g_allocations.fetch_add(1);
+  if (n < kMaxStacks) {
+    g_counting = false;  // backtrace may allocate on its first call
+    g_stack_depth[n] = backtrace(g_stacks[n], kStackDepth);
+    g_counting = true;
+  }
+}
+
+void PrintStacks() {
+  for (int i = 0; i < std::min<int64_t>(kMaxStacks, g_allocations.load()); ++i) {
+    std::fprintf(stderr, "allocation %d:\n", i);
+    backtrace_symbols_fd(g_stacks[i], g_stack_depth[i], 2);
+  }
+}
 }  // namespace
 
 void* operator new(std::size_t size) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  Count();
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
 void* operator new[](std::size_t size) { return operator new(size); }
 void* operator new(std::size_t size, std::align_val_t align) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  Count();
   const std::size_t a = static_cast<std::size_t>(align);
   if (void* p = std::aligned_alloc(a, (size + a - 1) / a * a)) return p;
   throw std::bad_alloc();
@@ -174,6 +201,73 @@ TEST(DecodeAllocationTest, SteadyStateDsparkDecodeStepsAllocateNothing) {
   for (int step = 0; step < 8; ++step) run(static_cast<int32_t>(ids.size()) - 1, 1, false);
   for (int step = 0; step < 16; ++step) run(static_cast<int32_t>(ids.size()) - 1, 1, true);
   EXPECT_EQ(allocations, 0) << "heap allocations in 16 DSpark decode steps";
+}
+
+// Engine steps of four decoding requests (greedy; sampled with every penalty and top-k/p/min-p;
+// with stop strings and stop ids that never match), after warm-up steps: Step(outputs) with the
+// same vector allocates nothing — with DSpark off and on (on: the guard pauses it after a probe,
+// so both deferred seeding and drafting steps are counted).
+TEST(DecodeAllocationTest, SteadyStateEngineStepsAllocateNothing) {
+  const std::string dir = testing::TempDir() + "/decode_alloc_tiny_engine";
+  std::filesystem::remove_all(dir);
+  Result<TinySpec> spec = TinyPreset("tiny");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(WriteTinyCheckpoint(*spec, dir).ok());
+  Result<LoadedTextModel> m = LoadedTextModel::Load(dir, {}, /*with_dspark=*/true);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ThreadPool pool(2);
+  for (const SpeculativeMethod method : {SpeculativeMethod::kOff, SpeculativeMethod::kDspark}) {
+    SCOPED_TRACE(method == SpeculativeMethod::kOff ? "speculative off" : "speculative dspark");
+    EngineOptions options;
+    options.block_tokens = 16;
+    options.num_blocks = 256;
+    options.speculative.method = method;
+    options.speculative.num_speculative_tokens = 3;
+    Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, options, pool);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    for (int32_t i = 0; i < 4; ++i) {
+      std::vector<int32_t> prompt;
+      for (int32_t t = 0; t < 20 + 3 * i; ++t) prompt.push_back(5 + (t * 37 + i * 11) % 400);
+      SamplingParams params;
+      params.max_tokens = 200;
+      params.ignore_eos = true;
+      if (i % 2 == 1) {
+        params.temperature = 0.8f;
+        params.top_p = 0.9f;
+        params.top_k = 20;
+        params.min_p = 0.02f;
+        params.presence_penalty = 0.3f;
+        params.frequency_penalty = 0.2f;
+        params.repetition_penalty = 1.1f;
+        params.seed = 7 + i;
+      } else {
+        params.temperature = 0.0f;
+      }
+      if (i == 2) {
+        params.stop = {"\x01never\x02", "\x03"};
+        params.stop_token_ids = {1};
+      }
+      ASSERT_TRUE((*engine)->AddRequest(prompt, params).ok());
+    }
+    std::vector<RequestOutput> outputs;
+    // Prefill, then past the guard's initial pause of 32 steps and its probe.
+    for (int step = 0; step < 40; ++step) ASSERT_TRUE((*engine)->Step(outputs).ok());
+    const EngineStats before = (*engine)->stats();
+    g_allocations = 0;
+    g_counting = true;
+    Status stepped;
+    for (int step = 0; step < 48 && stepped.ok(); ++step) stepped = (*engine)->Step(outputs);
+    g_counting = false;
+    ASSERT_TRUE(stepped.ok()) << stepped.ToString();
+    if (method == SpeculativeMethod::kDspark) {
+      const EngineStats after = (*engine)->stats();
+      EXPECT_GT(after.num_verifies, before.num_verifies) << "probes were counted";
+      EXPECT_GT(after.num_seed_calls, before.num_seed_calls) << "seedings were counted";
+    }
+    EXPECT_EQ(outputs.size(), 4u) << "every request decodes in every step";
+    EXPECT_EQ(g_allocations.load(), 0) << "heap allocations in 48 engine steps";
+    if (g_allocations.load() != 0) PrintStacks();
+  }
 }
 
 }  // namespace

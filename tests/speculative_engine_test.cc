@@ -528,6 +528,127 @@ TEST(SpeculativeGuardTest, PausesADrafterThatNeverHits) {
   }
 }
 
+// The position of a "draft S<stage> p<pos>" row, −1 for any other row.
+int64_t DraftRowPosition(const std::string& what) {
+  if (!what.starts_with("draft")) return -1;
+  return std::stoll(what.substr(what.rfind('p') + 1));
+}
+
+// While the guard pauses DSpark, the window rows are seeded in batches (a block at a time here)
+// instead of every step; the windows a draft reads and every full block are those of seeding each
+// position in its own step, and so are the tokens, the drafts and the acceptance counts.
+TEST(SpeculativeGuardTest, DeferredSeedingGivesTheWindowsOfEagerSeeding) {
+  const LoadedTextModel& m = Model("golden-tiny-b");
+  const std::vector<int32_t> prompt = RandomPrompt(m, 81, 6);
+  const std::vector<SamplingParams> params = {Greedy(kFullMatrix ? 70 : 40)};
+  EngineOptions deferred = Options(SpeculativeMethod::kDspark, 5);
+  deferred.speculative.min_acceptance = 1.0;  // any rejection pauses drafting
+  EngineOptions eager = deferred;
+  eager.speculative.defer_paused_seeding = false;
+  std::map<int64_t, RequestState> want, got;
+  EngineStats want_stats, got_stats;
+  const std::vector<Generated> reference =
+      RunEngine(m, eager, {prompt}, params, {}, &want_stats, &want);
+  const std::vector<Generated> run = RunEngine(m, deferred, {prompt}, params, {}, &got_stats, &got);
+  EXPECT_TRUE(SameLogprobs(run[0].logprobs, reference[0].logprobs));
+  EXPECT_EQ(got_stats.num_verifies, want_stats.num_verifies);
+  EXPECT_GT(got_stats.num_verifies, 0u) << "the guard probes";
+  EXPECT_EQ(got_stats.num_draft_tokens, want_stats.num_draft_tokens);
+  EXPECT_EQ(got_stats.num_accepted_tokens, want_stats.num_accepted_tokens);
+  // Eager: one seeding per step; deferred: about one per block of 4 positions.
+  EXPECT_GE(want_stats.num_seed_calls, want_stats.num_steps);
+  EXPECT_LT(got_stats.num_seed_calls * 2, want_stats.num_seed_calls);
+  EXPECT_LE(got_stats.num_seeded_rows, want_stats.num_seeded_rows);
+
+  const int64_t block = deferred.block_tokens;
+  int32_t drafting = 0;
+  for (const auto& [length, state] : got) {
+    SCOPED_TRACE("length " + std::to_string(length));
+    ASSERT_TRUE(want.count(length));
+    const RequestState& w = want.at(length);
+    EXPECT_EQ(state.token_ids, w.token_ids);
+    EXPECT_EQ(state.draft_tokens, w.draft_tokens);
+    ASSERT_EQ(state.rows.size(), w.rows.size());
+    // Rows still held back: the draft rows of the incomplete block, unless a draft is due.
+    const int64_t held_from =
+        state.draft_tokens.empty() ? state.num_computed / block * block : state.num_computed;
+    drafting += state.draft_tokens.empty() ? 0 : 1;
+    for (size_t r = 0; r < state.rows.size(); ++r) {
+      ASSERT_EQ(state.rows[r].first, w.rows[r].first);
+      if (DraftRowPosition(state.rows[r].first) >= held_from) continue;
+      EXPECT_EQ(state.rows[r].second, w.rows[r].second) << state.rows[r].first;
+    }
+  }
+  EXPECT_GT(drafting, 0) << "a probe's windows were compared";
+}
+
+// A full block is seeded before it is offered to the prefix cache: a request that re-sends the
+// history of one that decoded with drafting paused hits its blocks and reads the windows a run
+// without prefix caching computes.
+TEST(SpeculativeGuardTest, DeferredSeedsReachThePrefixCache) {
+  const LoadedTextModel& m = Model("golden-tiny-b");
+  EngineOptions options = Options(SpeculativeMethod::kDspark, 5);
+  options.speculative.min_acceptance = 1.0;  // paused from the start (the initial pause)
+  const auto step = [](Engine& engine, uint64_t id, std::vector<int32_t>& history) {
+    Result<std::vector<RequestOutput>> outputs = engine.Step();
+    ASSERT_TRUE(outputs.ok()) << outputs.status().ToString();
+    for (const RequestOutput& o : *outputs) {
+      if (o.request_id == id)
+        history.insert(history.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
+  };
+  // Runs `prompt` to its first output on a fresh engine (after `warm` ran to its end there) and
+  // returns its state and prefix hit.
+  const auto prefill = [&](const EngineOptions& o, const std::vector<int32_t>& warm,
+                           const std::vector<int32_t>& prompt, std::vector<int32_t>* warm_history,
+                           int64_t* hit) {
+    Result<std::unique_ptr<Engine>> engine = Engine::Create(m, o, Pool());
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    if (!warm.empty()) {
+      Result<uint64_t> a = (*engine)->AddRequest(warm, Greedy(21));
+      EXPECT_TRUE(a.ok());
+      *warm_history = warm;
+      while ((*engine)->HasUnfinished()) step(**engine, *a, *warm_history);
+    }
+    RequestState state;
+    if (prompt.empty()) return state;
+    const uint64_t hits = (*engine)->stats().prefix_hit_tokens;
+    Result<uint64_t> b = (*engine)->AddRequest(prompt, Greedy(4));
+    EXPECT_TRUE(b.ok());
+    std::vector<int32_t> unused;
+    step(**engine, *b, unused);
+    *hit = static_cast<int64_t>((*engine)->stats().prefix_hit_tokens - hits);
+    Result<RequestState> s = (*engine)->InspectRequest(*b);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (s.ok()) state = *s;
+    return state;
+  };
+  std::vector<int32_t> history;
+  int64_t hit = 0;
+  prefill(options, RandomPrompt(m, 82, 7), {}, &history, &hit);
+  ASSERT_EQ(history.size(), 28u);
+  std::vector<int32_t> again;
+  const RequestState got = prefill(options, RandomPrompt(m, 82, 7), history, &again, &hit);
+  EXPECT_EQ(again, history);
+  EXPECT_EQ(hit, 24) << "the blocks decoded while paused hit";
+  EngineOptions uncached = options;
+  uncached.enable_prefix_caching = false;
+  std::vector<int32_t> unused;
+  int64_t no_hit = 0;
+  const RequestState want = prefill(uncached, {}, history, &unused, &no_hit);
+  EXPECT_EQ(no_hit, 0);
+  ASSERT_EQ(got.rows.size(), want.rows.size());
+  int32_t compared = 0;
+  for (size_t r = 0; r < got.rows.size(); ++r) {
+    ASSERT_EQ(got.rows[r].first, want.rows[r].first);
+    const int64_t pos = DraftRowPosition(got.rows[r].first);
+    if (pos < 0 || pos >= hit) continue;
+    EXPECT_EQ(got.rows[r].second, want.rows[r].second) << got.rows[r].first;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
+}
+
 TEST(SpeculativeGuardTest, EngineRefusesBadSpeculativeOptions) {
   const LoadedTextModel& m = Model("golden-tiny-b");
   EngineOptions options = Options(SpeculativeMethod::kDspark, 6);  // block size 5

@@ -8,6 +8,7 @@
 #include "engram/row_ids.h"
 #include "model/layer_plan.h"
 #include "numerics/arith.h"
+#include "numerics/codecs.h"
 
 namespace dsv41 {
 namespace {
@@ -108,6 +109,14 @@ Result<std::unique_ptr<Engine>> Engine::Create(const LoadedTextModel& model,
       *engine->kv_, SchedulerOptions{.max_num_seqs = options.max_num_seqs,
                                      .max_num_batched_tokens = options.max_num_batched_tokens});
   engine->eos_token_id_ = model.eos_token_id();
+  // The most text one token can stream: its bytes plus an incomplete character's, each byte at
+  // worst replaced by U+FFFD (3 bytes).
+  size_t token_bytes = 0;
+  for (int32_t id = 0; id < model.tokenizer->vocab_size(); ++id) {
+    token_bytes = std::max(token_bytes, model.tokenizer->TokenBytes(id).size());
+  }
+  engine->max_token_text_bytes_ = 3 * (token_bytes + 3);
+  engine->text_delta_.reserve(engine->max_token_text_bytes_);
   const size_t positions =
       spec.method == SpeculativeMethod::kOff ? 0 : static_cast<size_t>(spec.num_speculative_tokens);
   engine->stats_.drafts_at_position.assign(positions, 0);
@@ -147,6 +156,8 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
   r->prompt_logits = options.prompt_logits;
   r->num_prompt_tokens = static_cast<int32_t>(prompt_len);
   r->max_total_tokens = std::min(layout_.max_request_tokens, prompt_len + params.max_tokens);
+  // A verify step appends its drafts for the forward: room for them past the last position.
+  r->history.Reserve(r->max_total_tokens + options_.speculative.num_speculative_tokens);
   std::vector<int32_t> classes(prompt_ids.size(), 0);
   if (model_.engram.num_layers() > 0) {
     DSV41_RETURN_IF_ERROR(MapTokensToEngramClasses(model_.token_map, prompt_ids, classes));
@@ -155,6 +166,8 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
   r->detokenizer = std::make_unique<StreamingDetokenizer>(
       *model_.tokenizer, DecodeOptions{.skip_special_tokens = params.skip_special_tokens});
   r->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
+  r->detokenizer->Reserve(max_token_text_bytes_);
+  r->stop_matcher->Reserve(max_token_text_bytes_);
   r->guard = DraftGuard(DraftGuard::Options{.min_acceptance = options_.speculative.min_acceptance});
   stats_.prompt_tokens += static_cast<uint64_t>(prompt_len);
   const uint64_t id = r->id;
@@ -183,6 +196,11 @@ Status Engine::BuildBatch(const SchedulerOutput& scheduled, std::span<const int6
                           Batch& batch) {
   const size_t num_cols = static_cast<size_t>(model_.engram.num_cols());
   const size_t num_engram = static_cast<size_t>(model_.engram.num_layers());
+  batch.token_ids.clear();
+  batch.requests.clear();
+  batch.engram_rows.clear();
+  batch.logit_rows.clear();
+  batch.main_hidden_rows.clear();
   int32_t row = 0;
   for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
     const ScheduledRequest& s = scheduled.scheduled[i];
@@ -233,18 +251,17 @@ void Engine::BuildEngramLookAhead(const SchedulerOutput& scheduled) {
 }
 
 void Engine::FailStep(const SchedulerOutput& scheduled, const Status& error,
-                      std::vector<RequestOutput>& outputs) {
+                      std::vector<RequestOutput>& outputs, size_t& num_outputs) {
   ++stats_.failed_steps;
   for (const ScheduledRequest& s : scheduled.scheduled) {
     Request& r = *s.request;
-    RequestOutput out;
+    RequestOutput& out = NextOutput(outputs, num_outputs++);
     out.request_id = r.id;
     out.num_prompt_tokens = r.num_prompt_tokens;
     out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
     Finish(r, FinishReason::kError, out, /*flush_text=*/false,
            StrFormat("request %llu: the step failed: %s", static_cast<unsigned long long>(r.id),
                      error.ToString().c_str()));
-    outputs.push_back(std::move(out));
     scheduler_->Remove(&r);
     requests_.erase(r.id);
   }
@@ -283,9 +300,12 @@ void Engine::Emit(Request& r, const SampledToken& s, RequestOutput& out) {
       std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
     return Finish(r, FinishReason::kStop, out);  // the stop token's text is not emitted
   }
-  const StopStringMatcher::Result text = r.stop_matcher->Push(r.detokenizer->Push(token));
-  out.text += text.emit;
-  if (text.stopped) return Finish(r, FinishReason::kStop, out, /*flush_text=*/false);
+  std::string& delta = text_delta_;
+  delta.clear();
+  r.detokenizer->Push(token, delta);
+  if (r.stop_matcher->Push(delta, out.text)) {
+    return Finish(r, FinishReason::kStop, out, /*flush_text=*/false);
+  }
   if (r.num_tokens() >= r.max_total_tokens) Finish(r, FinishReason::kLength, out);
 }
 
@@ -330,11 +350,74 @@ void Engine::SetDrafts(Request& r, std::span<const int32_t> tokens) {
   }
 }
 
+void Engine::StagePendingSeeds(Request& r) {
+  if (r.num_pending_seeds == 0) return;
+  const size_t width = static_cast<size_t>(model_.model->MainHiddenWidth());
+  const size_t first_row = seed_rows_.size() / width;
+  for (const uint16_t bits : r.pending_main_hidden) seed_rows_.push_back(F32FromBf16(bits));
+  seed_requests_.push_back(BatchRequest{.first_row = static_cast<int32_t>(first_row),
+                                        .num_tokens = static_cast<int32_t>(r.num_pending_seeds),
+                                        .start_pos = static_cast<int32_t>(r.seed_start),
+                                        .block_tables = r.blocks.tables});
+  r.pending_main_hidden.clear();
+  r.num_pending_seeds = 0;
+}
+
+void Engine::StageSeedRows(Request& r, std::span<const float> rows, int64_t start, int64_t end) {
+  if (end <= start) return;
+  // Deferred rows that do not end where these begin belong to positions a preemption dropped:
+  // the recompute seeds them again.
+  if (r.num_pending_seeds > 0 && r.seed_start + r.num_pending_seeds != start) {
+    r.pending_main_hidden.clear();
+    r.num_pending_seeds = 0;
+  }
+  const int64_t block = kv_->block_tokens();
+  const int64_t first = r.num_pending_seeds > 0 ? r.seed_start : start;
+  const bool defer = options_.speculative.defer_paused_seeding && r.guard.paused() &&
+                     first / block == end / block && end - first <= kMaxDeferredSeeds;
+  if (defer) {
+    if (r.num_pending_seeds == 0) r.seed_start = start;
+    for (const float v : rows) r.pending_main_hidden.push_back(Bf16FromF32(v));
+    r.num_pending_seeds = end - r.seed_start;
+    return;
+  }
+  StagePendingSeeds(r);
+  const size_t width = static_cast<size_t>(model_.model->MainHiddenWidth());
+  const size_t first_row = seed_rows_.size() / width;
+  seed_rows_.insert(seed_rows_.end(), rows.begin(), rows.end());
+  BatchRequest staged{.first_row = static_cast<int32_t>(first_row),
+                      .num_tokens = static_cast<int32_t>(end - start),
+                      .start_pos = static_cast<int32_t>(start),
+                      .block_tables = r.blocks.tables};
+  // The request's deferred rows end where these begin: one run of positions.
+  if (!seed_requests_.empty() &&
+      seed_requests_.back().block_tables.data() == r.blocks.tables.data() &&
+      seed_requests_.back().start_pos + seed_requests_.back().num_tokens == staged.start_pos) {
+    seed_requests_.back().num_tokens += staged.num_tokens;
+  } else {
+    seed_requests_.push_back(staged);
+  }
+}
+
+Status Engine::SeedStaged() {
+  if (seed_requests_.empty()) return Status();
+  const Status seeded =
+      model_.dspark->SeedWindows(seed_rows_, seed_requests_, storage_->view(), ctx_);
+  ++stats_.num_seed_calls;
+  stats_.num_seeded_rows +=
+      seed_rows_.size() / static_cast<size_t>(model_.model->MainHiddenWidth());
+  seed_rows_.clear();
+  seed_requests_.clear();
+  return seeded;
+}
+
 Status Engine::ProposeDrafts(const std::vector<Request*>& ready) {
   const SpeculativeOptions& spec = options_.speculative;
-  std::vector<Request*> dspark_requests;
-  std::vector<int32_t> dspark_budget;
-  std::vector<int32_t> proposal;
+  std::vector<Request*>& dspark_requests = dspark_requests_;
+  std::vector<int32_t>& dspark_budget = dspark_budget_;
+  std::vector<int32_t>& proposal = proposal_;
+  dspark_requests.clear();
+  dspark_budget.clear();
   for (Request* r : ready) {
     // A verify of m drafts emits up to m + 1 tokens; none may pass the request's limit.
     const int64_t room = r->max_total_tokens - r->num_tokens() - 1;
@@ -357,7 +440,15 @@ Status Engine::ProposeDrafts(const std::vector<Request*>& ready) {
     }
   }
   if (dspark_requests.empty()) return Status();
-  std::vector<DraftRequest> inputs;
+  // The windows a draft reads are complete: a guard lets a request draft only after a step in
+  // which it was not paused, and that step seeded whatever the request had held back.
+  for (const Request* r : dspark_requests) {
+    DSV41_CHECK(r->num_pending_seeds == 0, "request %llu drafts with %lld window rows unseeded",
+                static_cast<unsigned long long>(r->id),
+                static_cast<long long>(r->num_pending_seeds));
+  }
+  std::vector<DraftRequest>& inputs = draft_inputs_;
+  inputs.clear();
   for (Request* r : dspark_requests) {
     inputs.push_back(DraftRequest{.token = r->history.token_ids().back(),
                                   .last_pos = static_cast<int32_t>(r->num_computed - 1),
@@ -385,18 +476,37 @@ Status Engine::ProposeDrafts(const std::vector<Request*>& ready) {
 }
 
 Result<std::vector<RequestOutput>> Engine::Step() {
-  std::vector<RequestOutput> outputs = std::move(pending_outputs_);
+  std::vector<RequestOutput> outputs;
+  DSV41_RETURN_IF_ERROR(Step(outputs));
+  return outputs;
+}
+
+Status Engine::Step(std::vector<RequestOutput>& outputs) {
+  size_t num_outputs = 0;
+  for (RequestOutput& pending : pending_outputs_) {
+    NextOutput(outputs, num_outputs) = std::move(pending);
+    ++num_outputs;
+  }
   pending_outputs_.clear();
-  const SchedulerOutput scheduled = scheduler_->Schedule();
+  // Only the first num_outputs slots are this step's; the rest keep their buffers for the next.
+  struct TrimOutputs {
+    std::vector<RequestOutput>& outputs;
+    size_t& n;
+    ~TrimOutputs() { outputs.resize(n); }
+  } trim{outputs, num_outputs};
+  SchedulerOutput& scheduled = scheduled_;
+  scheduler_->Schedule(scheduled);
   stats_.num_preemptions = scheduler_->num_preemptions();
-  if (scheduled.scheduled.empty()) return outputs;
+  if (scheduled.scheduled.empty()) return Status();
   ++stats_.num_steps;
 
   // A decode scheduled with drafts verifies them: they join the history for this forward only
   // (Engram rows and the batch read it by position) and leave it before verification.
   const size_t num_scheduled = scheduled.scheduled.size();
-  std::vector<int64_t> committed(num_scheduled);
-  std::vector<std::vector<int32_t>> drafts(num_scheduled);
+  std::vector<int64_t>& committed = committed_;
+  std::vector<std::vector<int32_t>>& drafts = drafts_;
+  committed.resize(num_scheduled);
+  if (drafts.size() < num_scheduled) drafts.resize(num_scheduled);
   for (size_t i = 0; i < num_scheduled; ++i) {
     const ScheduledRequest& s = scheduled.scheduled[i];
     Request& r = *s.request;
@@ -410,12 +520,14 @@ Result<std::vector<RequestOutput>> Engine::Step() {
       drafts[i].assign(r.draft_tokens.begin(), r.draft_tokens.begin() + num_drafts);
       DSV41_RETURN_IF_ERROR(r.history.Append(
           drafts[i], std::span<const int32_t>(r.draft_classes).subspan(0, num_drafts)));
+    } else {
+      drafts[i].clear();
     }
     r.draft_tokens.clear();
     r.draft_classes.clear();
   }
 
-  Batch batch;
+  Batch& batch = batch_;
   DSV41_RETURN_IF_ERROR(BuildBatch(scheduled, committed, batch));
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
   logits_.resize(batch.logit_rows.size() * vocab);
@@ -438,23 +550,21 @@ Result<std::vector<RequestOutput>> Engine::Step() {
                     "history of request %llu",
                     static_cast<unsigned long long>(scheduled.scheduled[i].request->id));
       }
-      FailStep(scheduled, forward, outputs);
-      return outputs;
+      FailStep(scheduled, forward, outputs, num_outputs);
+      return Status();
     }
   }
   DSV41_RETURN_IF_ERROR(forward);
-  // model.md §11.3: every computed position seeds the draft windows. Rows of rejected positions
-  // lie past the length kept below, like every other row they wrote (serving.md §7.2).
-  if (seeds_drafts_) {
-    DSV41_RETURN_IF_ERROR(
-        model_.dspark->SeedWindows(main_hidden_, batch.requests, storage_->view(), ctx_));
-  }
 
-  SchedulerOutput kept = scheduled;
+  SchedulerOutput& kept = kept_;
+  kept.scheduled.assign(scheduled.scheduled.begin(), scheduled.scheduled.end());
+  kept.num_tokens = scheduled.num_tokens;
   size_t logit_idx = 0;
   bool any_verify = false;
-  std::vector<Request*> finished;
-  std::vector<Request*> ready;
+  std::vector<Request*>& finished = finished_;
+  std::vector<Request*>& ready = ready_;
+  finished.clear();
+  ready.clear();
   for (size_t i = 0; i < num_scheduled; ++i) {
     Request& r = *scheduled.scheduled[i].request;
     const BatchRequest& br = batch.requests[i];
@@ -462,7 +572,7 @@ Result<std::vector<RequestOutput>> Engine::Step() {
     const int64_t end = start + br.num_tokens;
     DSV41_CHECK(r.history.Truncate(committed[i]).ok(), "history of request %llu",
                 static_cast<unsigned long long>(r.id));
-    RequestOutput out;
+    RequestOutput& out = NextOutput(outputs, num_outputs);
     out.request_id = r.id;
     out.num_prompt_tokens = r.num_prompt_tokens;
     out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
@@ -501,6 +611,15 @@ Result<std::vector<RequestOutput>> Engine::Step() {
       if (kept_end < end) kv_->Truncate(r.blocks, kept_end);
     }
     kept.scheduled[i].num_new_tokens = static_cast<int32_t>(kept_end - start);
+    // model.md §11.3: every kept position seeds the draft windows (rejected ones never do).
+    if (seeds_drafts_) {
+      const size_t width = static_cast<size_t>(model_.model->MainHiddenWidth());
+      StageSeedRows(r,
+                    std::span<const float>(main_hidden_)
+                        .subspan(static_cast<size_t>(br.first_row) * width,
+                                 static_cast<size_t>(kept_end - start) * width),
+                    start, kept_end);
+    }
     if (r.status == RequestStatus::kFinished) {
       finished.push_back(&r);
     } else if (completes) {
@@ -508,9 +627,11 @@ Result<std::vector<RequestOutput>> Engine::Step() {
     }
     if (!out.new_token_ids.empty() || !out.prompt_logits.empty() ||
         out.finish != FinishReason::kNone) {
-      outputs.push_back(std::move(out));
+      ++num_outputs;  // kept; else the slot is reused
     }
   }
+  // Before Update offers the completed blocks to the prefix cache.
+  DSV41_RETURN_IF_ERROR(SeedStaged());
   scheduler_->Update(kept);
   if (any_verify) ++stats_.num_verify_steps;
   if (options_.speculative.method != SpeculativeMethod::kOff) {
@@ -520,7 +641,25 @@ Result<std::vector<RequestOutput>> Engine::Step() {
     scheduler_->Remove(r);
     requests_.erase(r->id);
   }
-  return outputs;
+  return Status();
+}
+
+RequestOutput& Engine::NextOutput(std::vector<RequestOutput>& outputs, size_t n) const {
+  RequestOutput& out = n == outputs.size() ? outputs.emplace_back() : outputs[n];
+  // A step emits up to 1 + K tokens per request.
+  const size_t tokens = 1 + static_cast<size_t>(options_.speculative.num_speculative_tokens);
+  out.new_token_ids.reserve(tokens);
+  out.text.reserve(tokens * max_token_text_bytes_);
+  out.request_id = 0;
+  out.new_token_ids.clear();
+  out.text.clear();
+  out.logprobs.clear();
+  out.prompt_logits.clear();
+  out.finish = FinishReason::kNone;
+  out.error.clear();
+  out.num_prompt_tokens = 0;
+  out.num_cached_prompt_tokens = 0;
+  return out;
 }
 
 EngineStats Engine::stats() const {

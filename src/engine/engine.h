@@ -94,6 +94,8 @@ struct EngineStats {
   uint64_t num_verify_steps = 0;    // engine steps whose batch held at least one verify
   uint64_t num_draft_forwards = 0;  // runs of the DSpark draft network (all requests at once)
   uint64_t num_guard_pauses = 0;    // times the acceptance guard paused a request's drafting
+  uint64_t num_seed_calls = 0;      // DSpark window seedings (one batched GEMM each)
+  uint64_t num_seeded_rows = 0;     // positions they seeded
 
   // Accepted / verified drafts (0 without drafts).
   double acceptance_rate() const;
@@ -136,6 +138,11 @@ class Engine {
   // the step's Engram rows cannot be read (a read error, a short read), the step's requests end
   // with FinishReason::kError naming the file and tensor, and the engine serves on.
   Result<std::vector<RequestOutput>> Step();
+  // The same into `outputs` (resized to this step's outputs). Its elements are reused: passing
+  // the same vector every step, a steady-state decode step allocates nothing (unless a request
+  // asks for logprobs, whose lists are built per token, or a text delta outgrows the small-string
+  // buffer).
+  Status Step(std::vector<RequestOutput>& outputs);
   bool HasUnfinished() const { return !requests_.empty() || !pending_outputs_.empty(); }
   EngineStats stats() const;
   // Every block accounted for (free, cached or referenced by exactly the live requests).
@@ -165,6 +172,17 @@ class Engine {
   // Proposes the next step's drafts of the requests now ready to decode (serving.md §7.1: right
   // after sampling; DSpark runs for all of them at once).
   Status ProposeDrafts(const std::vector<Request*>& ready);
+  // DSpark window seeding of r's kept positions [start, end), whose main_hidden rows are `rows`:
+  // staged for this step's SeedStaged, together with any rows r deferred before — or, while r's
+  // guard pauses drafting, deferred itself, as long as they stay inside one incomplete block and
+  // under kMaxDeferredSeeds rows. So a full block is seeded before it can be offered to the prefix
+  // cache, and a request seeds what it held back in the step before it resumes drafting (the
+  // guard lets it draft only after a step in which it was not paused).
+  void StageSeedRows(Request& r, std::span<const float> rows, int64_t start, int64_t end);
+  // Stages r's deferred rows, if any.
+  void StagePendingSeeds(Request& r);
+  // One SeedWindows over everything staged since the last call.
+  Status SeedStaged();
   // Stores `tokens` (cut at the first id outside the vocabulary or the Engram map) as r's drafts.
   void SetDrafts(Request& r, std::span<const int32_t> tokens);
   // Ends `r` with `reason`; flush_text emits the text held back for an incomplete character or a
@@ -173,15 +191,17 @@ class Engine {
               std::string error = {});
   // committed[i]: scheduled request i's history length before its drafts were appended; rows
   // from position committed − 1 on get logits when the step reaches the history's end.
+  // Fills `batch` (cleared first, its capacity kept).
   Status BuildBatch(const SchedulerOutput& scheduled, std::span<const int64_t> committed,
                     Batch& batch);
-  Status BuildBatch(const SchedulerOutput& scheduled, Batch& batch);
   // The Engram rows of the chunks the prefilling requests of `scheduled` will run next step.
   void BuildEngramLookAhead(const SchedulerOutput& scheduled);
   // A step whose Engram rows could not be read: its requests end with `error`, their blocks are
   // freed unoffered to the prefix cache.
   void FailStep(const SchedulerOutput& scheduled, const Status& error,
-                std::vector<RequestOutput>& outputs);
+                std::vector<RequestOutput>& outputs, size_t& num_outputs);
+  // outputs[n], cleared with its buffers kept (appended when n == outputs.size()).
+  RequestOutput& NextOutput(std::vector<RequestOutput>& outputs, size_t n) const;
 
   const LoadedTextModel& model_;
   EngineOptions options_;
@@ -199,11 +219,27 @@ class Engine {
   std::map<uint64_t, std::unique_ptr<Request>> requests_;
   std::vector<RequestOutput> pending_outputs_;  // aborts since the last Step
   SamplerScratch sampler_scratch_;
+  std::string text_delta_;           // Emit's detokenized text (capacity kept)
+  size_t max_token_text_bytes_ = 0;  // the most text one token streams
   EngineStats stats_;
   bool seeds_drafts_ = false;       // DSpark on: the main forward records main_hidden
   std::vector<float> main_hidden_;  // [rows, MainHiddenWidth()], reused every step
-  std::vector<float> logits_;       // [logit rows, vocab], reused every step
-  DraftResult drafted_;             // the last DSpark draft, reused every step
+  // Reused every step (their capacity kept), so a steady-state step allocates nothing.
+  SchedulerOutput scheduled_;
+  SchedulerOutput kept_;                      // scheduled_ with the positions verification kept
+  std::vector<int64_t> committed_;            // per scheduled request: history length before drafts
+  std::vector<std::vector<int32_t>> drafts_;  // per scheduled request: the drafts it verifies
+  Batch batch_;
+  std::vector<Request*> finished_;
+  std::vector<Request*> ready_;  // decodes that may draft for the next step
+  std::vector<Request*> dspark_requests_;
+  std::vector<int32_t> dspark_budget_;
+  std::vector<int32_t> proposal_;
+  std::vector<DraftRequest> draft_inputs_;
+  std::vector<float> seed_rows_;                       // main_hidden rows staged for SeedStaged
+  std::vector<BatchRequest> seed_requests_;            // their layout by request
+  std::vector<float> logits_;                          // [logit rows, vocab], reused every step
+  DraftResult drafted_;                                // the last DSpark draft, reused every step
   std::unique_ptr<EngramPrefetcher> engram_prefetch_;  // null without Engram layers
   std::vector<int64_t> engram_ahead_;                  // look-ahead rows, capacity kept
 };

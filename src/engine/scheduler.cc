@@ -63,8 +63,17 @@ int32_t Scheduler::AllocateOrPreempt(Request* request, int32_t n,
 
 SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput output;
+  Schedule(output);
+  return output;
+}
+
+void Scheduler::Schedule(SchedulerOutput& output) {
+  output.scheduled.clear();
+  output.preempted.clear();
+  output.num_tokens = 0;
   int32_t budget = options_.max_num_batched_tokens;
-  std::vector<Request*> scheduled;
+  std::vector<Request*>& scheduled = scheduled_;
+  scheduled.clear();
   auto schedule = [&](Request* r, int32_t n) {
     scheduled.push_back(r);
     output.scheduled.push_back(ScheduledRequest{.request = r, .num_new_tokens = n});
@@ -74,7 +83,8 @@ SchedulerOutput Scheduler::Schedule() {
 
   // Running requests: decodes (one token left to compute, plus the drafts to verify) first, then
   // unfinished prefills, each in admission order. A verify that does not fit checks fewer drafts.
-  const std::vector<Request*> snapshot = running_;
+  std::vector<Request*>& snapshot = snapshot_;
+  snapshot.assign(running_.begin(), running_.end());
   for (const bool decode_pass : {true, false}) {
     for (Request* r : snapshot) {
       if (budget <= 0) break;
@@ -114,6 +124,7 @@ SchedulerOutput Scheduler::Schedule() {
       break;
     }
     waiting_.pop_front();
+    kv_.Reserve(r->blocks, r->max_total_tokens);
     r->status = RequestStatus::kRunning;
     running_.insert(std::upper_bound(
                         running_.begin(), running_.end(), r,
@@ -121,7 +132,6 @@ SchedulerOutput Scheduler::Schedule() {
                     r);
     schedule(r, n);
   }
-  return output;
 }
 
 void Scheduler::Update(const SchedulerOutput& output) {

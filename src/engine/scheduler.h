@@ -44,7 +44,9 @@ class Scheduler {
   void Add(Request* request);
   // Drops a request from the queues and releases its blocks at once (finish, abort, error).
   void Remove(Request* request);
-  // The next step's work; empty when nothing can run.
+  // The next step's work into `output` (cleared first, its capacity kept); empty when nothing
+  // can run.
+  void Schedule(SchedulerOutput& output);
   SchedulerOutput Schedule();
   // After the step's forward (and verification: a verify step passes the positions it kept):
   // each scheduled request now holds num_computed + num_new_tokens positions, all of them
@@ -66,8 +68,10 @@ class Scheduler {
 
   KvCacheManager& kv_;
   SchedulerOptions options_;
-  std::vector<Request*> running_;  // admission order
-  std::deque<Request*> waiting_;   // FCFS; preempted requests return to the front
+  std::vector<Request*> running_;    // admission order
+  std::vector<Request*> snapshot_;   // Schedule's copy of running_ (capacity kept)
+  std::vector<Request*> scheduled_;  // Schedule's requests so far (capacity kept)
+  std::deque<Request*> waiting_;     // FCFS; preempted requests return to the front
   uint64_t num_preemptions_ = 0;
 };
 

@@ -91,10 +91,20 @@ struct SpeculativeOptions {
   // with kDspark the windows are still seeded), and the rule verify rows follow.
   DraftFn custom_drafter;
   AcceptanceRule acceptance = ExactAcceptance;
+  // DSpark: while the guard pauses a request's drafting, its draft window rows are seeded in
+  // batches (when a block completes, kMaxDeferredSeeds rows are waiting, or drafting resumes)
+  // instead of one main_proj GEMV per token. false seeds every position in its own step (the
+  // reference the tests and benchmarks compare with); the windows are the same either way.
+  bool defer_paused_seeding = true;
 };
 
 // The most drafts an n-gram verify step checks.
 inline constexpr int32_t kMaxNgramSpeculativeTokens = 16;
+
+// The most main_hidden rows a request paused by its guard holds back before they are seeded in
+// one batch: enough that main_proj is read once per 16 tokens instead of once per token, few
+// enough that the rows held stay small (16 × MainHiddenWidth bf16 values).
+inline constexpr int64_t kMaxDeferredSeeds = 16;
 
 // InvalidArgument naming the flag: K outside its range for the method (block_size: the model's
 // dspark_block_size), a lookup range outside 1 <= min <= max, a threshold outside [0, 1].
@@ -134,6 +144,7 @@ class DraftGuard {
   // The result of one verify step: `proposed` drafts checked, `accepted` of them accepted.
   void OnVerify(int32_t proposed, int32_t accepted);
 
+  // True when the next DraftsNextStep returns 0 (the engine defers DSpark seeding meanwhile).
   bool paused() const { return pause_left_ > 0; }
   // Pauses after a failing probe or window (the initial pause not counted).
   uint64_t num_pauses() const { return num_pauses_; }
