@@ -44,10 +44,14 @@ endfunction()
 # registers the binary as one CTest test instead (named NAME), so that a heavy fixture it loads
 # once serves all its tests.
 function(dsv41_test name)
-  cmake_parse_arguments(ARG "WHOLE" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "WHOLE;SIMD_CAPS" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   dsv41_target_defaults(${name})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
+  if(ARG_SIMD_CAPS)
+    target_link_libraries(${name} PRIVATE ${ARG_DEPS} dsv41_simd_test_main GTest::gtest GTest::gmock)
+  else()
+    target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
+  endif()
   target_compile_definitions(${name} PRIVATE DSV41_SHARED_DIR="${DSV41_SHARED_DIR}"
                                              DSV41_SOURCE_ROOT="${CMAKE_SOURCE_DIR}")
   if(ARG_WHOLE)
@@ -58,6 +62,17 @@ function(dsv41_test name)
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
                          PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
                                     LABELS "${ARG_LABELS}")
+  endif()
+  # SIMD_CAPS: every test once more with the kernels capped at AVX2 and once at the scalar code
+  # (kernels/simd_cap.h, `--simd CAP` to the binary's main), named <test>/avx2 and <test>/scalar,
+  # labelled slow.
+  if(ARG_SIMD_CAPS)
+    foreach(cap avx2 scalar)
+      gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_SUFFIX "/${cap}"
+                           EXTRA_ARGS --simd ${cap}
+                           PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                      LABELS slow)
+    endforeach()
   endif()
 endfunction()
 

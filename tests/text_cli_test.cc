@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -92,6 +93,39 @@ TEST(TextCliTest, RunGeneratesAndSamplesWithASeed) {
   const RunResult b = RunCommand(sampled);
   ASSERT_EQ(a.exit_code, 0);
   EXPECT_EQ(a.out, b.out) << "one seed, one text";
+}
+
+// The fp32-FMA kernels accumulate in an order that does not depend on the vector width: capped at
+// AVX2 or at the scalar code they give the uncapped logits bit for bit, and start-up names the
+// target; a bad cap is refused naming the flag.
+TEST(TextCliTest, SimdCapsGiveTheSameLogits) {
+  std::vector<float> want;
+  for (const std::string cap : {"best", "avx2", "scalar"}) {
+    SCOPED_TRACE(cap);
+    const std::string out = testing::TempDir() + "/text_cli_simd_" + cap + ".npy";
+    std::filesystem::remove(out);
+    const RunResult run =
+        RunCommand(kDsv41Binary + " logits --model " + kModel + " --ids " + IdsFlag(PromptIds()) +
+                   " --numerics fma --simd " + cap + " --out " + out + " 2>&1");
+    ASSERT_EQ(run.exit_code, 0) << run.out;
+    if (cap != "best") {
+      const std::string target = cap == "avx2" ? "kernels AVX2" : "kernels SCALAR";
+      EXPECT_NE(run.out.find(target), std::string::npos) << run.out;
+    }
+    Result<NpyArray> got = ReadNpy(out);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    const std::vector<float> g = got->ToFloat();
+    if (want.empty()) {
+      want = g;
+    } else {
+      ASSERT_EQ(g.size(), want.size());
+      EXPECT_EQ(std::memcmp(g.data(), want.data(), 4 * g.size()), 0);
+    }
+  }
+  const RunResult bad = RunCommand(kDsv41Binary + " logits --model " + kModel +
+                                   " --ids 1,2 --simd avx9 --out /dev/null 2>&1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--simd avx9"), std::string::npos) << bad.out;
 }
 
 // Start-up reports the weights made resident (the tiny model fits in memory) and the numerics; with

@@ -9,6 +9,7 @@
 
 #include "cli/progress_printer.h"
 #include "kernels/linear.h"
+#include "kernels/simd_cap.h"
 
 namespace dsv41 {
 
@@ -37,6 +38,10 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_option("--numerics", flags.numerics,
                  "weight products: fast (this CPU's fastest kernel, fp32 accumulation), reference "
                  "(exact accumulation, slow), fma or bf16-dot (force a fast kernel)")
+      ->capture_default_str();
+  app.add_option("--simd", flags.simd,
+                 "instruction sets the kernels may use: best (this CPU's), avx2 or scalar (caps, "
+                 "for comparisons)")
       ->capture_default_str();
   app.add_flag("--no-prefault", flags.no_prefault,
                "leave the weights' pages to fault in on first use instead of reading them all at "
@@ -185,6 +190,8 @@ Result<EngineOptions> ToEngineOptions(const EngineFlags& flags) {
   options.max_num_batched_tokens = flags.max_num_batched_tokens;
   options.max_model_len = flags.max_model_len;
   options.enable_prefix_caching = !flags.no_prefix_caching;
+  DSV41_ASSIGN_OR_RETURN(const SimdCap simd, ParseSimdCap(flags.simd));
+  DSV41_RETURN_IF_ERROR(ApplySimdCap(simd));  // before --numerics, which asks what the CPU runs
   DSV41_ASSIGN_OR_RETURN(options.numerics, ParseNumerics(flags.numerics));
   SpeculativeOptions& spec = options.speculative;
   DSV41_ASSIGN_OR_RETURN(spec.method, ParseSpeculativeMethod(flags.speculative));
@@ -211,9 +218,10 @@ void PrintNumerics(const EngineOptions& options) {
   const LinearWeight fp8{WeightFormat::kFp8Block, 0, 0, {}, {}};
   const GemmKernel kernel =
       SelectGemmKernel(fp8, LinearOptions{.quantize_activations = true}, options.numerics);
-  std::fprintf(stderr, "numerics: %s weight products (%s)\n", GemmKernelName(kernel),
-               kernel == GemmKernel::kReference ? "exact accumulation"
-                                                : "exact products, fp32 accumulation");
+  std::fprintf(
+      stderr, "numerics: %s weight products (%s), kernels %s\n", GemmKernelName(kernel),
+      kernel == GemmKernel::kReference ? "exact accumulation" : "exact products, fp32 accumulation",
+      ActiveSimdTargetName().c_str());
 }
 
 void PrintEngineLayout(const Engine& engine, const EngineOptions& options) {

@@ -28,6 +28,7 @@ struct EngineFlags {
   bool no_prefix_caching = false;
   int threads = 0;
   std::string numerics = "fast";
+  std::string simd = "best";
   bool no_prefault = false;
   std::string speculative = "off";
   int32_t num_speculative_tokens = SpeculativeOptions{}.num_speculative_tokens;
@@ -44,7 +45,7 @@ struct EngineFlags {
 
 // Adds --block-size, --kv-cache-gib, --num-blocks, --kv-profile, --max-num-seqs,
 // --max-num-batched-tokens, --max-model-len, --no-prefix-caching, -t/--threads, --numerics,
-// --no-prefault, the speculative decoding flags (--speculative dspark|ngram|off,
+// --simd, --no-prefault, the speculative decoding flags (--speculative dspark|ngram|off,
 // --num-speculative-tokens, --speculative-min-acceptance, --speculative-confidence,
 // --prompt-lookup-min/-max) and the Engram offload flags (serving.md §8.7): --engram-storage
 // resident|mapped|disk, --engram-cache-gib, --engram-io-threads, --engram-prefetch on|off and
@@ -56,7 +57,8 @@ void AddEngramFlags(CLI::App& app, EngineFlags& flags);
 // Whether the flags need the DSpark stages loaded (LoadedTextModel::Load's with_dspark).
 bool NeedsDspark(const EngineFlags& flags);
 
-// The options the flags ask for; InvalidArgument naming the flag otherwise.
+// The options the flags ask for; InvalidArgument naming the flag otherwise. Applies --simd
+// (process-wide: kernels/simd_cap.h).
 Result<EngineOptions> ToEngineOptions(const EngineFlags& flags);
 
 // --numerics NAME: fast, reference, fma or bf16-dot (InvalidArgument naming the flag otherwise, and
@@ -80,7 +82,7 @@ Result<EngramStoreOptions> ToEngramStoreOptions(const EngineFlags& flags);
 // model without Engram. Errors name the flag, file or tensor.
 Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags);
 
-// "numerics: fast (bf16-dot weight products, fp32 accumulation)" on stderr.
+// "numerics: bf16-dot weight products (exact products, fp32 accumulation), kernels AVX3" on stderr.
 void PrintNumerics(const EngineOptions& options);
 
 // "kv cache: block 128 tokens, 540928 B per block id, 1985 blocks (1.00 GiB), longest request

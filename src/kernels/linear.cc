@@ -138,8 +138,8 @@ namespace {
 // rate; Intel parts with AVX512-BF16 (which also have AVX512-FP16) run it at the FMA rate.
 bool PreferBf16Dot() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool prefer = CpuHasBf16Dot() && !__builtin_cpu_supports("avx512fp16");
-  return prefer;
+  static const bool fma_slower = !__builtin_cpu_supports("avx512fp16");
+  return fma_slower && CpuHasBf16Dot();
 #else
   return false;
 #endif

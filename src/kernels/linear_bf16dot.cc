@@ -34,6 +34,7 @@
 
 #include "base/check.h"
 #include "kernels/linear_internal.h"
+#include "kernels/simd_cap.h"
 #include "numerics/block_quant.h"
 #include "numerics/codecs.h"
 
@@ -124,7 +125,7 @@ bool Bf16DotSupported() {
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-  return supported;
+  return supported && CurrentSimdCap() == SimdCap::kBest;  // an AVX-512 kernel: any cap stops it
 }
 
 namespace {
