@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "checkpoint/dtype.h"
+#include "kernels/rope.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -143,12 +144,12 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
     std::span<float> key = k.subspan(c * index_dim, index_dim);
     for (float& v : key) v = Bf16Round(v);
     RmsNorm(key, k_norm_, eps, key);
-    Rope::RotateWith(key, cos, sin, /*inverse=*/false);
+    RopeRotateRowsSimd(key, 1, 1, cos, sin, /*inverse=*/false);
     FakeQuantFq4B32Pow2(key);
     const std::span<const uint32_t> table = tables[places.kv.group_idx];
     EncodeIndexRow(key, cache.RowAt(places.index, table, entry), places.index.row_bytes);
     std::span<float> latent = latents.subspan(c * head_dim, head_dim);
-    Rope::RotateWith(latent, cos, sin, /*inverse=*/false);
+    RopeRotateRowsSimd(latent, 1, 1, cos, sin, /*inverse=*/false);
     FakeQuantFq4B16E4m3(latent);
     EncodeKvRow(layout.profile, latent, cache.RowAt(places.kv, table, entry));
   }

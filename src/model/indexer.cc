@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/exact_sum.h"
+#include "kernels/rope.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -194,11 +195,11 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
   for (const BatchRequest& r : requests) {
     for (int32_t t = 0; t < r.num_tokens; ++t) {
       rope_.Angles(r.start_pos + t, cos, sin);
+      const std::span<float> heads =
+          qi.subspan((r.first_row + t) * num_heads * head_dim, num_heads * head_dim);
+      RopeRotateRowsSimd(heads, 1, num_heads, cos, sin, /*inverse=*/false);
       for (int64_t h = 0; h < num_heads; ++h) {
-        std::span<float> head =
-            qi.subspan(((r.first_row + t) * num_heads + h) * head_dim, head_dim);
-        Rope::RotateWith(head, cos, sin, /*inverse=*/false);
-        FakeQuantFq4B32Pow2(head);
+        FakeQuantFq4B32Pow2(heads.subspan(h * head_dim, head_dim));
       }
     }
   }
