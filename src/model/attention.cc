@@ -9,6 +9,7 @@
 #include "base/thread_pool.h"
 #include "checkpoint/dtype.h"
 #include "kernels/exact_sum.h"
+#include "kernels/rope.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -181,8 +182,8 @@ void Attention::WindowKv(std::span<const float> x, std::span<const BatchRequest>
       const int64_t row = r.first_row + t;
       std::span<float> values = kv.subspan(row * head_dim, head_dim);
       RmsNorm(values, kv_norm_, eps, values);
-      Rope::RotateWith(values, cos.subspan(row * half, half), sin.subspan(row * half, half),
-                       /*inverse=*/false);
+      RopeRotateRowsSimd(values, 1, 1, cos.subspan(row * half, half), sin.subspan(row * half, half),
+                         /*inverse=*/false);
       FakeQuantFq8B32(values);
       if (store) EncodeSwaRow(layout.profile, values, cache.RowAt(place, table, r.start_pos + t));
     }
@@ -250,18 +251,11 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
     std::fill_n(request_of.begin() + r.first_row, r.num_tokens, static_cast<int32_t>(i));
   }
   RowAngles(requests, cos, sin);
-  auto cos_of = [&](int64_t t) { return std::span<const float>(cos.subspan(t * half, half)); };
-  auto sin_of = [&](int64_t t) { return std::span<const float>(sin.subspan(t * half, half)); };
 
   // §7.1 query path: q = rope(wq_b·qr) per head.
   std::span<float> q = arena.Alloc<float>(t_count * num_heads * head_dim);
   LinearBf16(wq_b_, qr, t_count, q, ctx);
-  for (int64_t t = 0; t < t_count; ++t) {
-    for (int64_t h = 0; h < num_heads; ++h) {
-      Rope::RotateWith(q.subspan((t * num_heads + h) * head_dim, head_dim), cos_of(t), sin_of(t),
-                       /*inverse=*/false);
-    }
-  }
+  RopeRotateRowsSimd(q, t_count, num_heads, cos, sin, /*inverse=*/false);
 
   // §7.2 SWA path: kv = fq8_b32(rope(RMSNorm(kv_norm, wkv·x))), stored at its position's row
   // (a DSpark block keeps its rows to itself).
@@ -362,12 +356,7 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
   ctx.pool.ParallelFor(t_count * num_heads, 1, attend);
 
   // §7.7: inverse RoPE of every head's output, then the grouped wo_a product and wo_b.
-  for (int64_t t = 0; t < t_count; ++t) {
-    for (int64_t h = 0; h < num_heads; ++h) {
-      Rope::RotateWith(o.subspan((t * num_heads + h) * head_dim, head_dim), cos_of(t), sin_of(t),
-                       /*inverse=*/true);
-    }
-  }
+  RopeRotateRowsSimd(o, t_count, num_heads, cos, sin, /*inverse=*/true);
   const int64_t group_in = config_.group_in();
   const int64_t o_rank = config_.o_lora_rank;
   const int64_t num_groups = config_.o_groups;

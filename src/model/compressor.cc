@@ -4,9 +4,10 @@
 
 #include "base/check.h"
 #include "checkpoint/dtype.h"
+#include "kernels/compressor_pool.h"
+#include "kernels/rope.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
-#include "numerics/arith.h"
 #include "numerics/codecs.h"
 #include "numerics/fake_quant.h"
 
@@ -79,9 +80,9 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
   std::span<float> latents = arena.Alloc<float>(max_completed * head_dim);
   std::span<Completed> completed = arena.Alloc<Completed>(max_completed);
   int64_t num_completed = 0;
-  std::span<float> e = arena.Alloc<float>(ratio_);
-  std::span<float> terms = arena.Alloc<float>(ratio_);
   std::span<const float*> members = arena.Alloc<const float*>(ratio_);
+  std::span<const float*> gates = arena.Alloc<const float*>(ratio_);
+  std::span<float> pool_scratch = arena.Alloc<float>(ratio_ * std::max<int64_t>(head_dim, 2));
   for (size_t i = 0; i < requests.size(); ++i) {
     const BatchRequest& r = requests[i];
     for (int32_t t = 0; t < r.num_tokens; ++t) {
@@ -108,18 +109,12 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
         const int32_t member_pos = pos - ratio_ + 1 + m;
         members[m] = reinterpret_cast<const float*>(
             cache.Row(places.ring, ring_block, member_pos % ring_rows));
+        gates[m] = members[m] + head_dim;
       }
       // Members i = 0..r−1 in position order, each [a ‖ g]. Per channel: softmax of the gates
       // (max subtracted, CrExp, sequential fp32 denominator), then the sequential fp32 sum of
       // fp32(w_i · a_i); the pooled vector is rounded to bf16 before the norm.
-      for (int64_t ch = 0; ch < head_dim; ++ch) {
-        float mx = members[0][head_dim + ch];
-        for (int32_t m = 1; m < ratio_; ++m) mx = std::max(mx, members[m][head_dim + ch]);
-        for (int32_t m = 0; m < ratio_; ++m) e[m] = CrExp(members[m][head_dim + ch] - mx);
-        const float den = SeqSum(e);
-        for (int32_t m = 0; m < ratio_; ++m) terms[m] = (e[m] / den) * members[m][ch];
-        latents[begin + ch] = Bf16Round(SeqSum(terms));
-      }
+      CompressorPoolSimd(members, gates, latents.subspan(begin, head_dim), pool_scratch);
       completed[num_completed++] = Completed{static_cast<int32_t>(i), pos / ratio_};
     }
   }
@@ -143,12 +138,12 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
     std::span<float> key = k.subspan(c * index_dim, index_dim);
     for (float& v : key) v = Bf16Round(v);
     RmsNorm(key, k_norm_, eps, key);
-    Rope::RotateWith(key, cos, sin, /*inverse=*/false);
+    RopeRotateRowsSimd(key, 1, 1, cos, sin, /*inverse=*/false);
     FakeQuantFq4B32Pow2(key);
     const std::span<const uint32_t> table = tables[places.kv.group_idx];
     EncodeIndexRow(key, cache.RowAt(places.index, table, entry), places.index.row_bytes);
     std::span<float> latent = latents.subspan(c * head_dim, head_dim);
-    Rope::RotateWith(latent, cos, sin, /*inverse=*/false);
+    RopeRotateRowsSimd(latent, 1, 1, cos, sin, /*inverse=*/false);
     FakeQuantFq4B16E4m3(latent);
     EncodeKvRow(layout.profile, latent, cache.RowAt(places.kv, table, entry));
   }

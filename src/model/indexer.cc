@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <limits>
-#include <numeric>
 
 #include "base/check.h"
 #include "base/thread_pool.h"
-#include "kernels/exact_sum.h"
+#include "kernels/indexer_topk.h"
+#include "kernels/rope.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -26,25 +26,10 @@ constexpr int32_t kScoreEntryBlock = 256;
 
 }  // namespace
 
-int32_t TopKAscending(std::span<const float> scores, int32_t k, std::span<int32_t> order,
-                      std::span<int32_t> out) {
-  const int32_t n = static_cast<int32_t>(scores.size());
-  k = std::clamp(k, 0, n);
-  DSV41_CHECK(order.size() >= static_cast<size_t>(n) && out.size() >= static_cast<size_t>(k),
-              "top-%d of %d: scratch %zu, out %zu", k, n, order.size(), out.size());
-  std::iota(order.begin(), order.begin() + n, 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.begin() + n, [&](int32_t a, int32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  });
-  std::sort(order.begin(), order.begin() + k);
-  std::copy_n(order.begin(), k, out.begin());
-  return k;
-}
-
 std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k) {
   std::vector<int32_t> order(scores.size());
   std::vector<int32_t> out(scores.size());
-  out.resize(static_cast<size_t>(TopKAscending(scores, k, order, out)));
+  out.resize(static_cast<size_t>(TopKAscendingSimd(scores, k, order, out)));
   return out;
 }
 
@@ -73,7 +58,7 @@ void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t n
   if (pinned >= 0 && pinned < n_blocks) block_score[pinned] = kInf;
   std::fill(mask.begin(), mask.end(), uint8_t{0});
   const int32_t num_picks =
-      TopKAscending(block_score, std::min(num_blocks, n_blocks), order, picks);
+      TopKAscendingSimd(block_score, std::min(num_blocks, n_blocks), order, picks);
   for (int32_t b : picks.first(static_cast<size_t>(num_picks))) {
     if (!(block_score[b] > -kInf)) continue;
     for (int32_t i = b * block_size; i < std::min(n, (b + 1) * block_size); ++i) mask[i] = 1;
@@ -194,11 +179,11 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
   for (const BatchRequest& r : requests) {
     for (int32_t t = 0; t < r.num_tokens; ++t) {
       rope_.Angles(r.start_pos + t, cos, sin);
+      const std::span<float> heads =
+          qi.subspan((r.first_row + t) * num_heads * head_dim, num_heads * head_dim);
+      RopeRotateRowsSimd(heads, 1, num_heads, cos, sin, /*inverse=*/false);
       for (int64_t h = 0; h < num_heads; ++h) {
-        std::span<float> head =
-            qi.subspan(((r.first_row + t) * num_heads + h) * head_dim, head_dim);
-        Rope::RotateWith(head, cos, sin, /*inverse=*/false);
-        FakeQuantFq4B32Pow2(head);
+        FakeQuantFq4B32Pow2(heads.subspan(h * head_dim, head_dim));
       }
     }
   }
@@ -233,19 +218,15 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
         const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
         const int32_t e_begin = static_cast<int32_t>(item % entry_blocks) * kScoreEntryBlock;
         const int32_t e_end = std::min(visible, e_begin + kScoreEntryBlock);
-        for (int32_t e = e_begin; e < e_end; ++e) {
-          const float* k = keys.data() + static_cast<size_t>(e) * head_dim;
-          for (int64_t h = 0; h < num_heads; ++h) {
-            const float dot = Bf16Round(
-                ExactDotSimd(std::span<const float>(q_req + (t * num_heads + h) * head_dim,
-                                                    static_cast<size_t>(head_dim)),
-                             std::span<const float>(k, static_cast<size_t>(head_dim))));
-            const float relu = dot > 0.0f ? dot : 0.0f;
-            terms[h] = Bf16Round(w_req[t * num_heads + h] * relu);
-          }
-          scores[t * n + e] = Bf16Round(
-              ExactSumSimd(std::span<const float>(terms, static_cast<size_t>(num_heads))));
-        }
+        if (e_end <= e_begin) continue;
+        const size_t count = static_cast<size_t>(e_end - e_begin);
+        IndexerScoresSimd(
+            std::span<const float>(q_req + t * num_heads * head_dim, num_heads * head_dim),
+            std::span<const float>(w_req + t * num_heads, num_heads),
+            std::span<const float>(keys).subspan(static_cast<size_t>(e_begin) * head_dim,
+                                                 count * head_dim),
+            scores.subspan(t * n + e_begin, count),
+            std::span<float>(terms, static_cast<size_t>(num_heads)));
       }
     };
     ctx.pool.ParallelFor(t_req * entry_blocks, 1, score_items);
@@ -285,7 +266,7 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
       const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
       std::span<const float> row = scores.subspan(t * n, visible);
       const std::span<int32_t> picks = out.entries.subspan(t * topk, topk);
-      const int32_t num_picks = TopKAscending(row, topk, order, picks);
+      const int32_t num_picks = TopKAscendingSimd(row, topk, order, picks);
       const std::span<const int32_t> picked = picks.first(static_cast<size_t>(num_picks));
       if (debug != nullptr && topk < visible) {
         // The k-th highest score among the picks and the best one left out.

@@ -33,11 +33,8 @@ class ThreadPool;
 // The indices of the min(k, scores.size()) highest scores, ties to the lower index (model.md §7.5
 // step 6 and the candidate blocks' rule), returned in ascending index order. −inf scores are
 // ordinary values (they lose to every finite score and tie among themselves). NaN is not allowed.
+// An allocating form of TopKAscendingSimd (kernels/indexer_topk.h), which the forward uses.
 std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k);
-// The same into out[0 .. min(k, n)) (returns that count) with `order` (>= n ints) as scratch: no
-// allocation.
-int32_t TopKAscending(std::span<const float> scores, int32_t k, std::span<int32_t> order,
-                      std::span<int32_t> out);
 
 // The candidate mask of one token (model.md §7.5 step 5): `scores` holds the N entries' scores
 // with −inf for invisible ones, `num_visible` = V. Blocks of `block_size` entries (N padded with

@@ -1,6 +1,7 @@
 #include "model/mhc.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <string>
@@ -9,6 +10,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/exact_sum.h"
+#include "kernels/sinkhorn.h"
 #include "kernels/stream_mix.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -39,24 +41,6 @@ Result<std::span<const std::byte>> GetF32(const ModelWeights& weights, const std
 }
 
 // Divides every element of row i (or column i) of c [n, n] by (seq sum + eps).
-void NormalizeRows(std::span<float> c, int32_t n, float eps) {
-  for (int32_t i = 0; i < n; ++i) {
-    float sum = c[i * n];
-    for (int32_t k = 1; k < n; ++k) sum = sum + c[i * n + k];
-    const float denom = sum + eps;
-    for (int32_t k = 0; k < n; ++k) c[i * n + k] = c[i * n + k] / denom;
-  }
-}
-
-void NormalizeColumns(std::span<float> c, int32_t n, float eps) {
-  for (int32_t k = 0; k < n; ++k) {
-    float sum = c[k];
-    for (int32_t i = 1; i < n; ++i) sum = sum + c[i * n + k];
-    const float denom = sum + eps;
-    for (int32_t i = 0; i < n; ++i) c[i * n + k] = c[i * n + k] / denom;
-  }
-}
-
 float SlowMixDot(std::span<const std::byte> fn, std::span<const float> x) {
   ExactAccumulator acc;
   for (size_t d = 0; d < x.size(); ++d) acc.AddProduct(LoadF32(fn, d), x[d]);
@@ -144,29 +128,20 @@ MhcMix InitialPreMix(int32_t hc_mult) {
   return mix;
 }
 
+static_assert(kMaxHcMult <= kSinkhornMaxN, "the Sinkhorn kernel takes every hc_mult");
+
 void SinkhornNormalize(std::span<float> c, int32_t n, int32_t iters, float eps) {
   DSV41_CHECK(n >= 1 && c.size() == static_cast<size_t>(n) * n && iters >= 1,
               "Sinkhorn of %zu values as %d x %d, %d iterations", c.size(), n, n, iters);
-  for (int32_t i = 0; i < n; ++i) {
-    std::span<float> row = c.subspan(i * n, n);
-    float row_max = row[0];
-    for (int32_t k = 1; k < n; ++k) row_max = row[k] > row_max ? row[k] : row_max;
-    for (int32_t k = 0; k < n; ++k) row[k] = CrExp(row[k] - row_max);
-    const float sum = SeqSum(row);
-    for (int32_t k = 0; k < n; ++k) row[k] = row[k] / sum + eps;
-  }
-  NormalizeColumns(c, n, eps);
-  for (int32_t iter = 1; iter < iters; ++iter) {
-    NormalizeRows(c, n, eps);
-    NormalizeColumns(c, n, eps);
-  }
+  SinkhornSimd(c, n, iters, eps);
 }
 
 namespace {
 
-// Steps 2–9 of model.md §4.2 from the raw dot products fn[r]·x (dots [mix_rows]) and x.
+// Steps 2–9 of model.md §4.2 from the raw dot products fn[r]·x (dots [mix_rows]) and x; without
+// `sinkhorn`, comb holds the affine logits of step 6 (the caller normalises them).
 MhcMix FinishMix(std::span<const float> x, std::span<const float> dots, const MhcWeights& weights,
-                 const MhcDims& dims) {
+                 const MhcDims& dims, bool sinkhorn = true) {
   const int32_t hc = dims.hc_mult;
   const float rho = CrRsqrt(ExactMeanSquareSimd(x) + dims.norm_eps);
   std::array<float, (2 + kMaxHcMult) * kMaxHcMult> m{};
@@ -185,8 +160,10 @@ MhcMix FinishMix(std::span<const float> x, std::span<const float> dots, const Mh
   for (int32_t idx = 0; idx < hc * hc; ++idx) {
     mix.comb[idx] = m[2 * hc + idx] * scale_comb + LoadF32(weights.base, 2 * hc + idx);
   }
-  SinkhornNormalize(std::span<float>(mix.comb.data(), static_cast<size_t>(hc) * hc), hc,
-                    dims.sinkhorn_iters, dims.hc_eps);
+  if (sinkhorn) {
+    SinkhornNormalize(std::span<float>(mix.comb.data(), static_cast<size_t>(hc) * hc), hc,
+                      dims.sinkhorn_iters, dims.hc_eps);
+  }
   return mix;
 }
 
@@ -234,10 +211,25 @@ void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeigh
                           streams.subspan(t * width, width));
     }
   };
+  // Per chunk: steps 2–6 per token, then the Sinkhorn of up to kSinkhornTokens tokens at once
+  // (the kernel vectorises across tokens).
   const auto finish = [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      mixes[t] = FinishMix(streams.subspan(t * width, width),
-                           std::span<const float>(&dots[t * mix_rows], mix_rows), weights, dims);
+    constexpr int64_t kSinkhornTokens = 16;
+    const int64_t hh = static_cast<int64_t>(dims.hc_mult) * dims.hc_mult;
+    std::array<float, kSinkhornTokens * kMaxHcMult * kMaxHcMult> comb;
+    for (int64_t first = begin; first < end; first += kSinkhornTokens) {
+      const int64_t count = std::min(kSinkhornTokens, end - first);
+      for (int64_t t = first; t < first + count; ++t) {
+        mixes[t] = FinishMix(streams.subspan(t * width, width),
+                             std::span<const float>(&dots[t * mix_rows], mix_rows), weights, dims,
+                             /*sinkhorn=*/false);
+        std::copy_n(mixes[t].comb.data(), hh, comb.data() + (t - first) * hh);
+      }
+      SinkhornSimd(std::span<float>(comb.data(), count * hh), dims.hc_mult, dims.sinkhorn_iters,
+                   dims.hc_eps);
+      for (int64_t t = first; t < first + count; ++t) {
+        std::copy_n(comb.data() + (t - first) * hh, hh, mixes[t].comb.data());
+      }
     }
   };
   ctx.pool.ParallelFor(rows * mix_rows, 1, dot_items);

@@ -5,8 +5,8 @@
 #include <numbers>
 
 #include "base/check.h"
+#include "kernels/rope.h"
 #include "numerics/arith.h"
-#include "numerics/codecs.h"
 
 namespace dsv41 {
 
@@ -76,22 +76,9 @@ void Rope::Angles(int32_t pos, std::span<float> cos_out, std::span<float> sin_ou
 
 void Rope::RotateWith(std::span<float> v, std::span<const float> cos, std::span<const float> sin,
                       bool inverse) {
-  const size_t half = cos.size();
-  DSV41_CHECK(sin.size() == half && v.size() >= 2 * half, "rotate %zu dims by %zu pairs", v.size(),
-              half);
-  float* tail = v.data() + (v.size() - 2 * half);
-  for (size_t i = 0; i < half; ++i) {
-    const float a = tail[2 * i];
-    const float b = tail[2 * i + 1];
-    const float c = cos[i];
-    const float s = inverse ? -sin[i] : sin[i];
-    const float ac = a * c;
-    const float bs = b * s;
-    const float as = a * s;
-    const float bc = b * c;
-    tail[2 * i] = Bf16Round(ac - bs);
-    tail[2 * i + 1] = Bf16Round(as + bc);
-  }
+  DSV41_CHECK(sin.size() == cos.size() && v.size() >= 2 * cos.size(),
+              "rotate %zu dims by %zu pairs", v.size(), cos.size());
+  RopeRotateRowsSimd(v, 1, 1, cos, sin, inverse);
 }
 
 void Rope::Rotate(std::span<float> v, int32_t pos, bool inverse) const {

@@ -50,7 +50,8 @@ class Rope {
   // Rotates the trailing rope_dim dims of `v` (v.size() >= rope_dim) as adjacent pairs by the
   // angles of Angles (§6.1): a' = bf16(fp32(a·cos) − fp32(b·sin)), b' = bf16(fp32(a·sin) +
   // fp32(b·cos)). `inverse` negates sin (undoes the rotation of the attention output, §7.7). The
-  // leading dims are untouched (callers give bf16 values; the rotated dims come out bf16).
+  // leading dims are untouched (callers give bf16 values; the rotated dims come out bf16). One row
+  // of RopeRotateRowsSimd (kernels/rope.h), which rotates many rows and heads at once.
   static void RotateWith(std::span<float> v, std::span<const float> cos, std::span<const float> sin,
                          bool inverse);
 
