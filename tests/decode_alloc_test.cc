@@ -256,7 +256,8 @@ TEST(DecodeAllocationTest, SteadyStateEngineStepsAllocateNothing) {
     g_allocations = 0;
     g_counting = true;
     Status stepped;
-    for (int step = 0; step < 48 && stepped.ok(); ++step) stepped = (*engine)->Step(outputs);
+    // Steps 40 .. 103: deferred seeding, and the second probe at decode step 98.
+    for (int step = 0; step < 64 && stepped.ok(); ++step) stepped = (*engine)->Step(outputs);
     g_counting = false;
     ASSERT_TRUE(stepped.ok()) << stepped.ToString();
     if (method == SpeculativeMethod::kDspark) {
@@ -265,7 +266,7 @@ TEST(DecodeAllocationTest, SteadyStateEngineStepsAllocateNothing) {
       EXPECT_GT(after.num_seed_calls, before.num_seed_calls) << "seedings were counted";
     }
     EXPECT_EQ(outputs.size(), 4u) << "every request decodes in every step";
-    EXPECT_EQ(g_allocations.load(), 0) << "heap allocations in 48 engine steps";
+    EXPECT_EQ(g_allocations.load(), 0) << "heap allocations in 64 engine steps";
     if (g_allocations.load() != 0) PrintStacks();
   }
 }

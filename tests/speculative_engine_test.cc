@@ -499,8 +499,8 @@ INSTANTIATE_TEST_SUITE_P(Models, SpeculativeMixedTest, DSV41_MODELS("tiny", "gol
 TEST(SpeculativeGuardTest, PausesADrafterThatNeverHits) {
   const LoadedTextModel& m = Model("golden-tiny-b");
   const std::vector<int32_t> prompt = RandomPrompt(m, 80, 6);
-  // 69 decode steps reach the second probe; without the full matrix 39 reach the first.
-  const std::vector<SamplingParams> params = {Greedy(kFullMatrix ? 70 : 40)};
+  // 104 decode steps reach the second probe; without the full matrix 39 reach the first.
+  const std::vector<SamplingParams> params = {Greedy(kFullMatrix ? 105 : 40)};
   const std::vector<Generated> plain = RunEngine(m, Options(), {prompt}, params);
   for (bool right : {false, true}) {
     EngineOptions options = Options(SpeculativeMethod::kNgram, 4);
@@ -519,8 +519,8 @@ TEST(SpeculativeGuardTest, PausesADrafterThatNeverHits) {
       EXPECT_GT(stats.num_verifies, kFullMatrix ? 5u : 1u);
       EXPECT_EQ(stats.num_accepted_tokens, stats.num_draft_tokens);
     } else {
-      // Of 69 decode steps: 32 before the first probe, which fails at step 33; pauses of 32
-      // and 64 steps put the next probes at steps 66 and 131 (past the end).
+      // Of 104 decode steps: 32 before the first probe, which fails at step 33; pauses of 64
+      // and 128 steps put the next probes at steps 98 and 227 (past the end).
       EXPECT_EQ(stats.num_guard_pauses, kFullMatrix ? 2u : 1u);
       EXPECT_EQ(stats.num_verifies, kFullMatrix ? 2u : 1u);
       EXPECT_EQ(stats.num_draft_tokens, stats.num_verifies) << "probes of one draft";
