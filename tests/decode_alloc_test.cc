@@ -223,6 +223,8 @@ TEST(DecodeAllocationTest, SteadyStateEngineStepsAllocateNothing) {
     options.num_blocks = 256;
     options.speculative.method = method;
     options.speculative.num_speculative_tokens = 3;
+    options.speculative.guard_initial_pause_steps = 32;  // probes at decode steps 33 and 98
+    options.speculative.guard_min_pause_steps = 64;
     Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, options, pool);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     for (int32_t i = 0; i < 4; ++i) {
@@ -250,7 +252,7 @@ TEST(DecodeAllocationTest, SteadyStateEngineStepsAllocateNothing) {
       ASSERT_TRUE((*engine)->AddRequest(prompt, params).ok());
     }
     std::vector<RequestOutput> outputs;
-    // Prefill, then past the guard's initial pause of 32 steps and its probe.
+    // Prefill, then past the guard's initial pause and its first probe.
     for (int step = 0; step < 40; ++step) ASSERT_TRUE((*engine)->Step(outputs).ok());
     const EngineStats before = (*engine)->stats();
     g_allocations = 0;

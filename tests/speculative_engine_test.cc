@@ -118,6 +118,9 @@ EngineOptions Options(SpeculativeMethod method = SpeculativeMethod::kOff, int32_
   o.speculative.method = method;
   o.speculative.num_speculative_tokens = k;
   o.speculative.min_acceptance = 0.0;  // draft on every step unless a test turns the guard on
+  // Shorter guard pauses than the default 128 keep the guard tests' requests short.
+  o.speculative.guard_initial_pause_steps = 32;
+  o.speculative.guard_min_pause_steps = 64;
   return o;
 }
 

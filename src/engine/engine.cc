@@ -168,7 +168,10 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
   r->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
   r->detokenizer->Reserve(max_token_text_bytes_);
   r->stop_matcher->Reserve(max_token_text_bytes_);
-  r->guard = DraftGuard(DraftGuard::Options{.min_acceptance = options_.speculative.min_acceptance});
+  const SpeculativeOptions& spec = options_.speculative;
+  r->guard = DraftGuard(DraftGuard::Options{.min_acceptance = spec.min_acceptance,
+                                            .initial_pause_steps = spec.guard_initial_pause_steps,
+                                            .min_pause_steps = spec.guard_min_pause_steps});
   stats_.prompt_tokens += static_cast<uint64_t>(prompt_len);
   const uint64_t id = r->id;
   scheduler_->Add(r.get());

@@ -53,6 +53,11 @@ Status ValidateSpeculativeOptions(const SpeculativeOptions& options, int32_t blo
     return InvalidArgumentError("--speculative-confidence %g is outside [0, 1]",
                                 options.confidence_threshold);
   }
+  if (options.guard_initial_pause_steps < 0 || options.guard_min_pause_steps < 1) {
+    return InvalidArgumentError(
+        "speculative guard pauses: initial %d, min %d steps (want >= 0 and >= 1)",
+        options.guard_initial_pause_steps, options.guard_min_pause_steps);
+  }
   if (options.prompt_lookup_min < 1 || options.prompt_lookup_max < options.prompt_lookup_min) {
     return InvalidArgumentError(
         "--prompt-lookup-min %d / --prompt-lookup-max %d: want 1 <= min <= max",

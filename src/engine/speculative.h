@@ -81,6 +81,9 @@ struct SpeculativeOptions {
   // this; 0 turns it off. A verify step of K drafts emits 1 + K·rate tokens, so it pays while
   // rate > (verify step time / plain step time − 1) / K.
   double min_acceptance = 0.3;
+  // The guard's first pause and its shortest later pause, in decode steps (DraftGuard::Options).
+  int32_t guard_initial_pause_steps = 128;
+  int32_t guard_min_pause_steps = 128;
   // ngram: the lengths of the suffix to look up (vLLM's prompt_lookup_min / _max).
   int32_t prompt_lookup_min = 2;
   int32_t prompt_lookup_max = 4;
@@ -126,17 +129,18 @@ std::vector<int32_t> ProposeNgram(std::span<const int32_t> token_ids, int32_t mi
 // drafting pauses. A pause lasts a number of decode steps and ends in a probe: a failing probe
 // doubles the pause (from min_pause_steps up to max_pause_steps), a passing one resets it and
 // drafting resumes with every draft. A drafter that never hits thus costs one single-draft verify
-// step after the initial pause and one per doubling pause. A probe costs about one decode step
-// (its verify row plus a draft forward, which reads the shared head again: ~1.1 steps on the flash
-// preset), so the shortest pause is 64 steps: the probes of a drafter that never hits cost under
-// 2 % of the steps between them. Engine thread only.
+// step after the initial pause and one per doubling pause. A probe costs about two decode steps
+// on the flash preset (a draft forward reads as many weight bytes as a main step: three stages
+// and the shared head; plus the verify row), so the pauses are 128 steps and up: a drafter that
+// never hits costs under 2 % in probes at any request length, besides the seeding (~1 %, batched
+// while paused). Engine thread only.
 class DraftGuard {
  public:
   struct Options {
     double min_acceptance = 0.0;
     int32_t window_tokens = 16;
-    int32_t initial_pause_steps = 32;
-    int32_t min_pause_steps = 64;
+    int32_t initial_pause_steps = 128;
+    int32_t min_pause_steps = 128;
     int32_t max_pause_steps = 4096;
   };
   explicit DraftGuard(const Options& options);

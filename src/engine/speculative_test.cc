@@ -50,6 +50,12 @@ TEST(SpeculativeTest, OptionsOutsideTheirRangesAreRefusedNamingTheFlag) {
   o.confidence_threshold = -0.1;
   EXPECT_NE(ValidateSpeculativeOptions(o, 5).message().find("--speculative-confidence"),
             std::string::npos);
+  o.confidence_threshold = 0.0;
+  o.guard_min_pause_steps = 0;
+  EXPECT_NE(ValidateSpeculativeOptions(o, 5).message().find("guard pauses"), std::string::npos);
+  o.guard_min_pause_steps = 128;
+  o.guard_initial_pause_steps = -1;
+  EXPECT_FALSE(ValidateSpeculativeOptions(o, 5).ok());
   o.method = SpeculativeMethod::kOff;  // nothing is checked when off
   EXPECT_TRUE(ValidateSpeculativeOptions(o, 5).ok());
 }
