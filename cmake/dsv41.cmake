@@ -45,6 +45,10 @@ endfunction()
 # once serves all its tests.
 function(dsv41_test name)
   cmake_parse_arguments(ARG "WHOLE;SIMD_CAPS" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  # A job that runs `ctest -LE slow` (the sanitizer job) need not build them at all.
+  if("slow" IN_LIST ARG_LABELS AND NOT DSV41_SLOW_TESTS)
+    return()
+  endif()
   add_executable(${name} ${ARG_SOURCES})
   dsv41_target_defaults(${name})
   if(ARG_SIMD_CAPS)

@@ -11,12 +11,14 @@ mode=release
 if [[ $(id -u) -eq 0 ]] || command -v sudo >/dev/null; then bash scripts/setup.sh; fi
 jobs=$(nproc)
 # The sanitizer job leaves out the tests labelled `slow` (the model goldens, the bf16 twins of the
-# forward and engine suites, the bench CLI): the same code runs in their siblings.
+# forward and engine suites, the bench CLI, the capped-SIMD runs): the same code runs in their
+# siblings. It does not build the programs whose tests are all slow (DSV41_SLOW_TESTS=OFF).
 case "$mode" in
   release) dir=build/release; flags=(-DCMAKE_BUILD_TYPE=Release -DDSV41_WERROR=ON); select=() ;;
   # -g1: line tables are all the sanitizer reports need, and compile and link faster than -g.
   sanitize) dir=build/sanitize
-    flags=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DDSV41_SANITIZE=ON -DDSV41_BENCHMARKS=OFF)
+    flags=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DDSV41_SANITIZE=ON -DDSV41_BENCHMARKS=OFF
+           -DDSV41_SLOW_TESTS=OFF)
     select=(-LE slow) ;;
 esac
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
