@@ -40,7 +40,6 @@ Result<std::span<const std::byte>> GetF32(const ModelWeights& weights, const std
   return view.bytes;
 }
 
-// Divides every element of row i (or column i) of c [n, n] by (seq sum + eps).
 float SlowMixDot(std::span<const std::byte> fn, std::span<const float> x) {
   ExactAccumulator acc;
   for (size_t d = 0; d < x.size(); ++d) acc.AddProduct(LoadF32(fn, d), x[d]);
