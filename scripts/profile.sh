@@ -5,6 +5,7 @@
 # kernel time counts for the user code that entered the kernel.
 #   scripts/profile.sh MODEL_DIR decode [THREADS]    8-token prompt, 256 decode tokens
 #   scripts/profile.sh MODEL_DIR prefill [THREADS]   512-token prompt, no decode
+#   scripts/profile.sh MODEL_DIR decode8 [THREADS]   8 streams: 8-token prompts, 128 decode tokens
 set -euo pipefail
 model=${1:?model directory}
 phase=${2:-decode}
@@ -13,7 +14,8 @@ binary=${DSV41:-build/release/dsv41}
 case "$phase" in
   decode) shape=(--prompt-tokens 8 --decode-tokens 256) ;;
   prefill) shape=(--prompt-tokens 512 --decode-tokens 1 --max-num-batched-tokens 512) ;;
-  *) echo "phase must be decode or prefill, not '$phase'" >&2; exit 2 ;;
+  decode8) shape=(--prompt-tokens 8 --decode-tokens 128 --concurrency 8) ;;
+  *) echo "phase must be decode, prefill or decode8, not '$phase'" >&2; exit 2 ;;
 esac
 data=$(mktemp /tmp/dsv41-profile.XXXXXX)
 trap 'rm -f "$data"' EXIT
