@@ -541,7 +541,10 @@ DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0
   constexpr int kZ = Dec::kZ;
   constexpr int64_t kChunkSB = Buffers<Dec>::kChunkSB;
   const int64_t superblocks = a.stride / Dec::kSB;
-  std::fill_n(buf.sums, static_cast<size_t>(kO * kRowBlock * 16), 0.0);
+  // Only the sums of this block's rows are used (a decode batch fills few of kRowBlock).
+  for (int o = 0; o < kO; ++o) {
+    std::fill_n(buf.sums + o * kRowBlock * 16, static_cast<size_t>(row_end - row_base) * 16, 0.0);
+  }
   for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
     const int64_t nsb = std::min(kChunkSB, superblocks - sb0);
     bool any_scaled = false;

@@ -466,7 +466,10 @@ HWY_INLINE void BufferedTile(const Decoder& dec, const Args& a, int64_t o0, int6
   const DF d;
   const size_t n = hn::Lanes(d);
   const int64_t blocks = a.stride / kBlock;
-  std::fill_n(sumbuf, static_cast<size_t>(kO * kRowBlock) * n, 0.0);
+  // Only the sums of this block's rows are used (a decode batch fills few of kRowBlock).
+  for (int o = 0; o < kO; ++o) {
+    std::fill_n(sumbuf + o * kRowBlock * n, static_cast<size_t>(row_end - row_base) * n, 0.0);
+  }
   for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
     const int64_t nb = std::min(kChunkBlocks, blocks - kb0);
     DecodeChunk<kO>(dec, a, o0, kb0, nb, wbuf);
