@@ -38,24 +38,21 @@ function(dsv41_library name)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# dsv41_test(NAME SOURCES ... DEPS ... [LABELS ...] [WHOLE]): a GoogleTest binary registered
-# with CTest, one CTest test per GoogleTest test, each carrying the CTest LABELS (`server`,
-# `dspark`: ctest -L / -LE select by them; `slow`: left out of the sanitizer job). WHOLE
-# registers the binary as one CTest test instead (named NAME), so that a heavy fixture it loads
-# once serves all its tests.
+# dsv41_test(NAME SOURCES ... DEPS ... [LABELS ...] [WHOLE] [SIMD_CAPS] [FAST_KERNELS]): a
+# GoogleTest binary registered with CTest, one CTest test per GoogleTest test, each carrying the
+# CTest LABELS (`server`, `dspark`: ctest -L / -LE select by them; `slow`: left out of the
+# sanitizer job). WHOLE registers the binary as one CTest test instead (named NAME), so that a
+# heavy fixture it loads once serves all its tests. Every binary's main is kernels/test_main.cc,
+# so DSV41_SIMD and DSV41_FAST_KERNEL force the kernels of any run.
 function(dsv41_test name)
-  cmake_parse_arguments(ARG "WHOLE;SIMD_CAPS" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "WHOLE;SIMD_CAPS;FAST_KERNELS" "" "SOURCES;DEPS;LABELS" ${ARGN})
   # A job that runs `ctest -LE slow` (the sanitizer job) need not build them at all.
   if("slow" IN_LIST ARG_LABELS AND NOT DSV41_SLOW_TESTS)
     return()
   endif()
   add_executable(${name} ${ARG_SOURCES})
   dsv41_target_defaults(${name})
-  if(ARG_SIMD_CAPS)
-    target_link_libraries(${name} PRIVATE ${ARG_DEPS} dsv41_simd_test_main GTest::gtest GTest::gmock)
-  else()
-    target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
-  endif()
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} dsv41_test_main GTest::gtest GTest::gmock)
   target_compile_definitions(${name} PRIVATE DSV41_SHARED_DIR="${DSV41_SHARED_DIR}"
                                              DSV41_SOURCE_ROOT="${CMAKE_SOURCE_DIR}")
   if(ARG_WHOLE)
@@ -68,14 +65,24 @@ function(dsv41_test name)
                                     LABELS "${ARG_LABELS}")
   endif()
   # SIMD_CAPS: every test once more with the kernels capped at AVX2 and once at the scalar code
-  # (kernels/simd_cap.h, `--simd CAP` to the binary's main), named <test>/avx2 and <test>/scalar,
-  # labelled slow.
+  # (kernels/simd_cap.h), named <test>/avx2 and <test>/scalar, labelled slow.
   if(ARG_SIMD_CAPS)
     foreach(cap avx2 scalar)
       gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_SUFFIX "/${cap}"
                            EXTRA_ARGS --simd ${cap}
                            PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
                                       LABELS slow)
+    endforeach()
+  endif()
+  # FAST_KERNELS: every test once more under each fast kernel forced (kernels/linear.h FastKernel),
+  # named <test>/fma and <test>/bf16-dot, labelled slow, so that a test fragile to the kernel the
+  # CPU picks fails on every machine. Skipped (and said so) where the CPU lacks AVX512-BF16.
+  if(ARG_FAST_KERNELS)
+    foreach(kernel fma bf16-dot)
+      gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_SUFFIX "/${kernel}"
+                           EXTRA_ARGS --fast-kernel ${kernel}
+                           PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                      LABELS slow SKIP_RETURN_CODE 77)
     endforeach()
   endif()
 endfunction()

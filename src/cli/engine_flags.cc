@@ -41,8 +41,7 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
       ->capture_default_str();
   app.add_option("--simd", flags.simd,
                  "instruction sets the kernels may use: best (this CPU's), avx2 or scalar (caps, "
-                 "for comparisons)")
-      ->capture_default_str();
+                 "for comparisons); default: the environment's DSV41_SIMD, else best");
   app.add_flag("--no-prefault", flags.no_prefault,
                "leave the weights' pages to fault in on first use instead of reading them all at "
                "start-up (they are read ahead only when they fit in memory)");
@@ -190,8 +189,14 @@ Result<EngineOptions> ToEngineOptions(const EngineFlags& flags) {
   options.max_num_batched_tokens = flags.max_num_batched_tokens;
   options.max_model_len = flags.max_model_len;
   options.enable_prefix_caching = !flags.no_prefix_caching;
-  DSV41_ASSIGN_OR_RETURN(const SimdCap simd, ParseSimdCap(flags.simd));
-  DSV41_RETURN_IF_ERROR(ApplySimdCap(simd));  // before --numerics, which asks what the CPU runs
+  if (flags.simd.empty()) {
+    DSV41_RETURN_IF_ERROR(ApplySimdCapFromEnvironment());
+  } else {
+    DSV41_ASSIGN_OR_RETURN(const SimdCap simd, ParseSimdCap(flags.simd));
+    DSV41_RETURN_IF_ERROR(ApplySimdCap(simd));
+  }
+  // After the cap and before --numerics, which ask what the CPU runs.
+  DSV41_RETURN_IF_ERROR(ApplyFastKernelFromEnvironment());
   DSV41_ASSIGN_OR_RETURN(options.numerics, ParseNumerics(flags.numerics));
   SpeculativeOptions& spec = options.speculative;
   DSV41_ASSIGN_OR_RETURN(spec.method, ParseSpeculativeMethod(flags.speculative));

@@ -28,7 +28,7 @@ struct EngineFlags {
   bool no_prefix_caching = false;
   int threads = 0;
   std::string numerics = "fast";
-  std::string simd = "best";
+  std::string simd;  // empty: DSV41_SIMD, else best
   bool no_prefault = false;
   std::string speculative = "off";
   int32_t num_speculative_tokens = SpeculativeOptions{}.num_speculative_tokens;
@@ -57,8 +57,8 @@ void AddEngramFlags(CLI::App& app, EngineFlags& flags);
 // Whether the flags need the DSpark stages loaded (LoadedTextModel::Load's with_dspark).
 bool NeedsDspark(const EngineFlags& flags);
 
-// The options the flags ask for; InvalidArgument naming the flag otherwise. Applies --simd
-// (process-wide: kernels/simd_cap.h).
+// The options the flags ask for; InvalidArgument naming the flag otherwise. Applies --simd (or
+// DSV41_SIMD) and then DSV41_FAST_KERNEL, process-wide (kernels/simd_cap.h, kernels/linear.h).
 Result<EngineOptions> ToEngineOptions(const EngineFlags& flags);
 
 // --numerics NAME: fast, reference, fma or bf16-dot (InvalidArgument naming the flag otherwise, and

@@ -3,10 +3,13 @@
 #include "kernels/linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/check.h"
@@ -134,6 +137,8 @@ constexpr size_t AlignUp64(size_t n) { return (n + 63) / 64 * 64; }
 bool CpuHasBf16Dot() { return linear_internal::Bf16DotSupported(); }
 
 namespace {
+std::atomic<FastKernel> g_fast_kernel{FastKernel::kAuto};
+
 // Whether the bf16 dot product beats fp32 FMA here: AMD Zen 4 runs VDPBF16PS at twice the FMA
 // rate; Intel parts with AVX512-BF16 (which also have AVX512-FP16) run it at the FMA rate.
 bool PreferBf16Dot() {
@@ -153,12 +158,60 @@ GemmKernel SelectGemmKernel(const LinearWeight& w, const LinearOptions& options,
       w.format != WeightFormat::kF32 && (options.quantize_activations || options.bf16_inputs);
   switch (numerics) {
     case Numerics::kFast:
-      return dot_eligible && PreferBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma;
+      switch (g_fast_kernel.load(std::memory_order_relaxed)) {
+        case FastKernel::kAuto:
+          return dot_eligible && PreferBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma;
+        case FastKernel::kBf16Dot:
+          return dot_eligible && CpuHasBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma;
+        case FastKernel::kFma:
+          return GemmKernel::kFma;
+      }
+      return GemmKernel::kFma;
     case Numerics::kFastBf16Dot:
       return dot_eligible && CpuHasBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma;
     default:
       return GemmKernel::kFma;
   }
+}
+
+Result<FastKernel> ParseFastKernel(std::string_view name) {
+  if (name == "auto") return FastKernel::kAuto;
+  if (name == "fma") return FastKernel::kFma;
+  if (name == "bf16-dot") return FastKernel::kBf16Dot;
+  return InvalidArgumentError("fast kernel '%.*s': want auto, fma or bf16-dot",
+                              static_cast<int>(name.size()), name.data());
+}
+
+const char* FastKernelName(FastKernel choice) {
+  switch (choice) {
+    case FastKernel::kAuto:
+      return "auto";
+    case FastKernel::kFma:
+      return "fma";
+    case FastKernel::kBf16Dot:
+      return "bf16-dot";
+  }
+  return "?";
+}
+
+Status ApplyFastKernel(FastKernel choice) {
+  if (choice == FastKernel::kBf16Dot && !CpuHasBf16Dot()) {
+    return UnimplementedError(
+        "fast kernel bf16-dot: this CPU has no AVX512-BF16 (or the SIMD cap excludes it)");
+  }
+  g_fast_kernel.store(choice);
+  return Status();
+}
+
+FastKernel CurrentFastKernel() { return g_fast_kernel.load(); }
+
+Status ApplyFastKernelFromEnvironment() {
+  const char* value = std::getenv("DSV41_FAST_KERNEL");
+  if (value == nullptr || *value == '\0') return Status();
+  Result<FastKernel> choice = ParseFastKernel(value);
+  Status applied = choice.ok() ? ApplyFastKernel(*choice) : choice.status();
+  if (applied.ok()) return applied;
+  return Status(applied.code(), "DSV41_FAST_KERNEL: " + applied.message());
 }
 
 const char* GemmKernelName(GemmKernel kernel) {

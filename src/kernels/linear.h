@@ -18,8 +18,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "base/exec_context.h"
+#include "base/status.h"
 
 namespace dsv41 {
 
@@ -59,8 +61,22 @@ enum class GemmKernel : uint8_t { kReference, kFma, kBf16Dot };
 // the faster unit: without AVX512-FP16, i.e. AMD Zen 4) and the inputs are bf16 values (not for
 // fp32 weights); kFma otherwise.
 GemmKernel SelectGemmKernel(const LinearWeight& w, const LinearOptions& options, Numerics numerics);
-// Whether this CPU can run kBf16Dot at all.
+// Whether this CPU can run kBf16Dot at all (without a SIMD cap: kernels/simd_cap.h).
 bool CpuHasBf16Dot();
+
+// What Numerics::kFast selects where both fast kernels apply: the faster one on this CPU (kAuto),
+// or one forced process-wide, so that a whole test suite runs under each legal kernel whatever
+// the CPU would pick (DSV41_FAST_KERNEL=fma|bf16-dot; CI does this for the model suites).
+enum class FastKernel : uint8_t { kAuto, kFma, kBf16Dot };
+// "auto", "fma" or "bf16-dot"; InvalidArgument naming the value otherwise.
+Result<FastKernel> ParseFastKernel(std::string_view name);
+const char* FastKernelName(FastKernel choice);
+// Applies `choice` process-wide, before or between kernel calls (not while kernels run), after
+// any SIMD cap. kBf16Dot where the CPU cannot run it (no AVX512-BF16, or capped): Unimplemented.
+Status ApplyFastKernel(FastKernel choice);
+FastKernel CurrentFastKernel();
+// Applies DSV41_FAST_KERNEL when it is set; an error naming the variable for a bad value.
+Status ApplyFastKernelFromEnvironment();
 const char* GemmKernelName(GemmKernel kernel);
 
 // ---- The two-step API: prepare the activations once, then compute any output range ------------

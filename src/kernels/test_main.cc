@@ -1,0 +1,66 @@
+// main() of every test binary: the kernel dispatch settings a run asks for are applied before any
+// test — the SIMD cap (kernels/simd_cap.h; DSV41_SIMD, or `--simd best|avx2|scalar` after the
+// GoogleTest flags) and then the fast kernel (kernels/linear.h; DSV41_FAST_KERNEL, or
+// `--fast-kernel auto|fma|bf16-dot`). The binary says what the kernels dispatch to, then runs the
+// tests. A `--fast-kernel` this CPU cannot run exits with kSkipped, which ctest reports as skipped.
+
+#include <cstdio>
+#include <cstring>
+
+#include "gtest/gtest.h"
+#include "kernels/linear.h"
+#include "kernels/simd_cap.h"
+
+namespace {
+
+constexpr int kSkipped = 77;  // SKIP_RETURN_CODE of the tests registered per fast kernel
+constexpr int kBadArguments = 2;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  const char* simd_arg = nullptr;
+  const char* kernel_arg = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (has_value && std::strcmp(argv[i], "--simd") == 0) {
+      simd_arg = argv[++i];
+    } else if (has_value && std::strcmp(argv[i], "--fast-kernel") == 0) {
+      kernel_arg = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "unknown argument %s (want --simd best|avx2|scalar, --fast-kernel "
+                   "auto|fma|bf16-dot)\n",
+                   argv[i]);
+      return kBadArguments;
+    }
+  }
+  dsv41::Status applied = dsv41::ApplySimdCapFromEnvironment();
+  if (applied.ok() && simd_arg != nullptr) {
+    dsv41::Result<dsv41::SimdCap> cap = dsv41::ParseSimdCap(simd_arg);
+    applied = cap.ok() ? dsv41::ApplySimdCap(*cap) : cap.status();
+  }
+  if (applied.ok()) applied = dsv41::ApplyFastKernelFromEnvironment();
+  if (applied.ok() && kernel_arg != nullptr) {
+    dsv41::Result<dsv41::FastKernel> kernel = dsv41::ParseFastKernel(kernel_arg);
+    if (!kernel.ok()) {
+      applied = kernel.status();
+    } else if (*kernel == dsv41::FastKernel::kBf16Dot && !dsv41::CpuHasBf16Dot()) {
+      std::printf(
+          "skipped: --fast-kernel bf16-dot needs AVX512-BF16, which this CPU (or the "
+          "SIMD cap) lacks\n");
+      return kSkipped;
+    } else {
+      applied = dsv41::ApplyFastKernel(*kernel);
+    }
+  }
+  if (!applied.ok()) {
+    std::fprintf(stderr, "%s\n", applied.ToString().c_str());
+    return kBadArguments;
+  }
+  std::fprintf(stderr, "kernels dispatch to %s (cap %s, fast kernel %s)\n",
+               dsv41::ActiveSimdTargetName().c_str(), dsv41::SimdCapName(dsv41::CurrentSimdCap()),
+               dsv41::FastKernelName(dsv41::CurrentFastKernel()));
+  return RUN_ALL_TESTS();
+}
