@@ -135,6 +135,7 @@ constexpr size_t AlignUp64(size_t n) { return (n + 63) / 64 * 64; }
 }  // namespace
 
 bool CpuHasBf16Dot() { return linear_internal::Bf16DotSupported(); }
+bool CpuHasBf16DotUnit() { return linear_internal::Bf16DotUnitPresent(); }
 
 namespace {
 std::atomic<FastKernel> g_fast_kernel{FastKernel::kAuto};
@@ -195,9 +196,8 @@ const char* FastKernelName(FastKernel choice) {
 }
 
 Status ApplyFastKernel(FastKernel choice) {
-  if (choice == FastKernel::kBf16Dot && !CpuHasBf16Dot()) {
-    return UnimplementedError(
-        "fast kernel bf16-dot: this CPU has no AVX512-BF16 (or the SIMD cap excludes it)");
+  if (choice == FastKernel::kBf16Dot && !CpuHasBf16DotUnit()) {
+    return UnimplementedError("fast kernel bf16-dot: this CPU has no AVX512-BF16");
   }
   g_fast_kernel.store(choice);
   return Status();

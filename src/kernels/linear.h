@@ -61,8 +61,11 @@ enum class GemmKernel : uint8_t { kReference, kFma, kBf16Dot };
 // the faster unit: without AVX512-FP16, i.e. AMD Zen 4) and the inputs are bf16 values (not for
 // fp32 weights); kFma otherwise.
 GemmKernel SelectGemmKernel(const LinearWeight& w, const LinearOptions& options, Numerics numerics);
-// Whether this CPU can run kBf16Dot at all (without a SIMD cap: kernels/simd_cap.h).
+// Whether this CPU can run kBf16Dot now (it has the unit and no SIMD cap stops it:
+// kernels/simd_cap.h).
 bool CpuHasBf16Dot();
+// Whether this CPU has the unit at all, whatever the cap.
+bool CpuHasBf16DotUnit();
 
 // What Numerics::kFast selects where both fast kernels apply: the faster one on this CPU (kAuto),
 // or one forced process-wide, so that a whole test suite runs under each legal kernel whatever
@@ -71,8 +74,9 @@ enum class FastKernel : uint8_t { kAuto, kFma, kBf16Dot };
 // "auto", "fma" or "bf16-dot"; InvalidArgument naming the value otherwise.
 Result<FastKernel> ParseFastKernel(std::string_view name);
 const char* FastKernelName(FastKernel choice);
-// Applies `choice` process-wide, before or between kernel calls (not while kernels run), after
-// any SIMD cap. kBf16Dot where the CPU cannot run it (no AVX512-BF16, or capped): Unimplemented.
+// Applies `choice` process-wide, before or between kernel calls (not while kernels run). A SIMD
+// cap narrows it as it narrows everything: under a cap kBf16Dot selects kFma. kBf16Dot on a CPU
+// without AVX512-BF16: Unimplemented.
 Status ApplyFastKernel(FastKernel choice);
 FastKernel CurrentFastKernel();
 // Applies DSV41_FAST_KERNEL when it is set; an error naming the variable for a bad value.

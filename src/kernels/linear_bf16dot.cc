@@ -120,12 +120,16 @@ void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t s
   inline __attribute__((always_inline, \
                         target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
 
-bool Bf16DotSupported() {
-  static const bool supported =
+bool Bf16DotUnitPresent() {
+  static const bool present =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-  return supported && CurrentSimdCap() == SimdCap::kBest;  // an AVX-512 kernel: any cap stops it
+  return present;
+}
+
+bool Bf16DotSupported() {
+  return Bf16DotUnitPresent() && CurrentSimdCap() == SimdCap::kBest;  // any cap stops AVX-512
 }
 
 namespace {
@@ -633,6 +637,7 @@ void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin
 
 #else  // !DSV41_HAVE_BF16DOT
 
+bool Bf16DotUnitPresent() { return false; }
 bool Bf16DotSupported() { return false; }
 
 void Bf16DotOutputs(const LinearWeight&, const LinearInput&, int64_t, int64_t, float*, int64_t) {

@@ -582,5 +582,29 @@ TEST(LinearTest, KernelSelection) {
   EXPECT_EQ(SelectGemmKernel(fp8, {.quantize_activations = true}, Numerics::kFastBf16Dot), dot);
 }
 
+// A forced fast kernel decides what Numerics::kFast selects, process-wide, until reset.
+TEST(LinearTest, ForcedFastKernelDecidesWhatFastSelects) {
+  const FastKernel before = CurrentFastKernel();
+  const LinearWeight fp8{WeightFormat::kFp8Block, 1, 1, {}, {}};
+  const LinearOptions quantized{.quantize_activations = true};
+  ASSERT_TRUE(ApplyFastKernel(FastKernel::kFma).ok());
+  EXPECT_EQ(SelectGemmKernel(fp8, quantized, Numerics::kFast), GemmKernel::kFma);
+  const Status dot = ApplyFastKernel(FastKernel::kBf16Dot);
+  if (CpuHasBf16DotUnit()) {
+    ASSERT_TRUE(dot.ok()) << dot.ToString();
+    EXPECT_EQ(SelectGemmKernel(fp8, quantized, Numerics::kFast),
+              CpuHasBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma);  // a SIMD cap narrows it
+    const LinearWeight f32{WeightFormat::kF32, 1, 1, {}, {}};
+    EXPECT_EQ(SelectGemmKernel(f32, quantized, Numerics::kFast), GemmKernel::kFma);
+  } else {
+    EXPECT_EQ(dot.code(), StatusCode::kUnimplemented);
+    EXPECT_NE(dot.message().find("AVX512-BF16"), std::string::npos) << dot.message();
+  }
+  EXPECT_FALSE(ParseFastKernel("amx").ok());
+  EXPECT_NE(ParseFastKernel("amx").status().message().find("'amx'"), std::string::npos);
+  EXPECT_EQ(*ParseFastKernel("bf16-dot"), FastKernel::kBf16Dot);
+  ASSERT_TRUE(ApplyFastKernel(before).ok());
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -2,7 +2,7 @@
 // test — the SIMD cap (kernels/simd_cap.h; DSV41_SIMD, or `--simd best|avx2|scalar` after the
 // GoogleTest flags) and then the fast kernel (kernels/linear.h; DSV41_FAST_KERNEL, or
 // `--fast-kernel auto|fma|bf16-dot`). The binary says what the kernels dispatch to, then runs the
-// tests. A `--fast-kernel` this CPU cannot run exits with kSkipped, which ctest reports as skipped.
+// tests. A kernel this CPU lacks exits with kSkipped, which ctest reports as skipped.
 
 #include <cstdio>
 #include <cstring>
