@@ -14,6 +14,7 @@
 #include "base/exec_context.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "kernels/simd_cap.h"
 #include "numerics/block_quant.h"
 #include "numerics/codecs.h"
 #include "numerics/fake_quant.h"
@@ -540,6 +541,9 @@ TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
 // W[o, 512 + i] = W[o, i], with |x| spread over 2^0..2^20. The exact sum is 0; what each kernel
 // returns is the residue of its own rounding order.
 TEST(LinearTest, EveryKernelIsExercised) {
+  // The input is built for the lane trees of the uncapped kernels (a run under DSV41_SIMD has
+  // its capped kernels compared in the other tests).
+  if (CurrentSimdCap() != SimdCap::kBest) GTEST_SKIP() << "kernels capped by DSV41_SIMD";
   std::mt19937 rng(5);
   constexpr int64_t kHalf = 512;
   StoredWeight s = MakeWeight(WeightFormat::kBf16, 8, 2 * kHalf, 0, rng);

@@ -9,10 +9,12 @@
 namespace dsv41 {
 namespace {
 
-// Restores the uncapped dispatch at the end of each test.
 class SimdCapTest : public ::testing::Test {
  protected:
-  void TearDown() override { ASSERT_TRUE(ApplySimdCap(SimdCap::kBest).ok()); }
+  // The cap the run started with (DSV41_SIMD may have set one) is back after each test.
+  void SetUp() override { cap_at_start_ = CurrentSimdCap(); }
+  void TearDown() override { ASSERT_TRUE(ApplySimdCap(cap_at_start_).ok()); }
+  SimdCap cap_at_start_ = SimdCap::kBest;
 };
 
 TEST_F(SimdCapTest, ParsesTheNamesAndRefusesOthers) {
@@ -27,6 +29,7 @@ TEST_F(SimdCapTest, ParsesTheNamesAndRefusesOthers) {
 }
 
 TEST_F(SimdCapTest, ScalarCapDispatchesToThePortableCode) {
+  ASSERT_TRUE(ApplySimdCap(SimdCap::kBest).ok());
   const std::string best = ActiveSimdTargetName();
   ASSERT_TRUE(ApplySimdCap(SimdCap::kScalar).ok());
   const std::string scalar = ActiveSimdTargetName();
