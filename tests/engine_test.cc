@@ -206,6 +206,34 @@ TEST_F(EngineTest, ChunkedPrefillEqualsOneShot) {
   }
 }
 
+// The computed-prompt counter grows chunk by chunk as the prefill runs (the stats line's prompt
+// rate), while the admitted count is whole from the start; a prefix hit is not computed.
+TEST_F(EngineTest, PromptTokensComputedGrowPerChunk) {
+  const std::vector<int32_t> prompt = Prompt(3, 70);
+  EngineOptions options = Options(4);
+  options.max_num_batched_tokens = 16;
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(*model_, options, *pool_);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Engine& e = **engine;
+  ASSERT_TRUE(e.AddRequest(prompt, Greedy(2)).ok());
+  EXPECT_EQ(e.stats().prompt_tokens, 70u);
+  std::vector<uint64_t> computed;
+  while (e.HasUnfinished()) {
+    ASSERT_TRUE(e.Step().ok());
+    computed.push_back(e.stats().prompt_tokens_computed);
+  }
+  ASSERT_GE(computed.size(), 5u);
+  EXPECT_EQ(computed[0], 16u);
+  EXPECT_EQ(computed[3], 64u);
+  EXPECT_EQ(computed.back(), 70u) << "decode steps add none";
+  // The same prompt again: its full blocks are a prefix hit and are not computed again.
+  ASSERT_TRUE(e.AddRequest(prompt, Greedy(2)).ok());
+  while (e.HasUnfinished()) ASSERT_TRUE(e.Step().ok());
+  EXPECT_EQ(e.stats().prompt_tokens, 140u);
+  EXPECT_LT(e.stats().prompt_tokens_computed, 140u);
+  EXPECT_GT(e.stats().prompt_tokens_computed, 70u);
+}
+
 // A second request sharing the first `shared` tokens of the first one hits exactly the blocks
 // serving.md §4 allows and produces the same bits as with prefix caching off.
 TEST_F(EngineTest, PrefixHitEqualsNoHitAtEveryBoundary) {

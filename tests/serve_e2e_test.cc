@@ -231,7 +231,7 @@ void SoakRequest(HttpClient& client, int n, std::mt19937& rng, SoakOutcome& out)
       {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "n": 3})"},
       {"/v1/chat/completions",
-       R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000})"},
+       R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1000000})"},
       {"/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xc3\x28\"}]}"},
       {"/v1/completions", R"({"prompt": [1, 2, -5]})"},
       {"/v1/completions", R"({"model": "other", "prompt": "x"})"},

@@ -95,7 +95,9 @@ class SignalWaiter {
 
 // One stats line (STYLE.md §9): throughput since the last line, requests, KV use, prefix hits.
 void PrintStats(const EngineStats& now, const EngineStats& before, double seconds) {
-  const double prompt = static_cast<double>(now.prompt_tokens - before.prompt_tokens) / seconds;
+  // Prompt tokens as their chunks are computed, so a long prefill shows its rate as it runs.
+  const double prompt =
+      static_cast<double>(now.prompt_tokens_computed - before.prompt_tokens_computed) / seconds;
   const double generation =
       static_cast<double>(now.generation_tokens - before.generation_tokens) / seconds;
   const uint32_t used = now.total_blocks - now.free_blocks;
@@ -126,10 +128,11 @@ int RunServe(ServeFlags flags) {
   }
   if (flags.served_model_names.empty()) flags.served_model_names.push_back(dir);
   const int threads = ComputeThreads(flags.engine);
-  const int http_threads = options->max_num_seqs + flags.max_queue + 16;
+  const int http_threads = HttpServerOptions{}.max_threads;
   std::fprintf(stderr,
                "dsv41 serve: model %s, served as '%s', host %s, port %d, api key %s, max-queue "
-               "%d, max-request-bytes %zu, %d compute threads, %d http threads, max-num-seqs %d, "
+               "%d, max-request-bytes %zu, %d compute threads, http threads on demand up to %d, "
+               "max-num-seqs %d, "
                "max-num-batched-tokens %d, max-model-len %lld\n",
                dir.c_str(), flags.served_model_names.front().c_str(), flags.host.c_str(),
                flags.port, flags.api_key.empty() ? "off" : "on", flags.max_queue,
@@ -143,7 +146,7 @@ int RunServe(ServeFlags flags) {
   http.port = flags.port;
   http.api_key = flags.api_key;
   http.max_request_bytes = flags.max_request_bytes;
-  http.num_threads = http_threads;
+  http.max_threads = http_threads;
   Result<std::unique_ptr<HttpServer>> server = HttpServer::Bind(http, metrics);
   if (!server.ok()) {
     std::fprintf(stderr, "dsv41 serve: %s\n", server.status().ToString().c_str());

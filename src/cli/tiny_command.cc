@@ -23,7 +23,7 @@ struct TinyFlags {
   std::optional<int32_t> layers, hidden, vocab, window, experts, experts_per_tok, topk;
   std::optional<int32_t> candidate_source, candidate_blocks, candidate_block_size, dspark_stages;
   std::optional<int32_t> engram_heads, engram_ngram;
-  std::optional<int64_t> engram_prime_start;
+  std::optional<int64_t> engram_prime_start, max_positions;
   std::optional<double> engram_gib;
   std::optional<std::vector<int32_t>> ratios, kv_sources, index_sources, engram_layers,
       dspark_targets;
@@ -63,6 +63,17 @@ int RunTiny(const TinyFlags& flags) {
   Override(flags.index_sources, c.index_source_layer_ids);
   Override(flags.engram_layers, c.engram_layer_ids);
   Override(flags.dspark_targets, c.dspark_target_layer_ids);
+  if (flags.max_positions) {
+    if (*flags.max_positions < c.compress_yarn.factor) {
+      std::fprintf(stderr, "dsv41 tiny: --max-position-embeddings %lld: want >= %g\n",
+                   static_cast<long long>(*flags.max_positions), c.compress_yarn.factor);
+      return 2;
+    }
+    // YaRN's original context follows, so that original × factor stays the context.
+    c.max_position_embeddings = *flags.max_positions;
+    c.compress_yarn.original_max_position_embeddings =
+        static_cast<int64_t>(static_cast<double>(*flags.max_positions) / c.compress_yarn.factor);
+  }
   if (flags.bf16) MakeUnquantized(c);
   if (flags.engram_gib) {
     const Status s = SetEngramTableGib(c, *flags.engram_gib);
@@ -100,6 +111,9 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("--hidden", flags->hidden, "hidden_size");
   sub.add_option("--vocab", flags->vocab, "vocab_size (tokenizer size)");
   sub.add_option("--window", flags->window, "sliding_window");
+  sub.add_option("--max-position-embeddings", flags->max_positions,
+                 "max_position_embeddings, the context (default 131072 for tiny and small; "
+                 "rope_scaling.original_max_position_embeddings follows as N / factor)");
   sub.add_option("--ratios", flags->ratios, "compress_ratios, one per layer")->delimiter(',');
   sub.add_option("--kv-sources", flags->kv_sources, "kv_source_layer_ids")->delimiter(',');
   sub.add_option("--index-sources", flags->index_sources, "index_source_layer_ids")->delimiter(',');

@@ -214,6 +214,8 @@ Status Engine::BuildBatch(const SchedulerOutput& scheduled, std::span<const int6
         .first_row = row, .num_tokens = n, .start_pos = start, .block_tables = r.blocks.tables});
     const std::span<const int32_t> ids = r.history.token_ids().subspan(start, n);
     batch.token_ids.insert(batch.token_ids.end(), ids.begin(), ids.end());
+    stats_.prompt_tokens_computed +=
+        static_cast<uint64_t>(std::max(0, std::min(start + n, r.num_prompt_tokens) - start));
     if (num_engram > 0) {
       const size_t begin = batch.engram_rows.size();
       batch.engram_rows.resize(begin + static_cast<size_t>(n) * num_engram * num_cols);

@@ -70,7 +70,8 @@ struct RequestOutput {
 struct EngineStats {
   uint64_t num_steps = 0;
   uint64_t num_preemptions = 0;
-  uint64_t prompt_tokens = 0;
+  uint64_t prompt_tokens = 0;           // admitted
+  uint64_t prompt_tokens_computed = 0;  // prefill positions run, chunk by chunk (no cache hits)
   uint64_t generation_tokens = 0;
   uint64_t prefix_queried_tokens = 0;
   uint64_t prefix_hit_tokens = 0;

@@ -238,8 +238,10 @@ class MessagesWriter final : public ResponseWriter {
   MessagesWriter(const GenerationRequest& request, const ServedModel& model)
       : request_(request), id_(RandomId("msg_", 24)), model_name_(model.NameFor(request.model)) {}
 
-  // message_start waits for the first output, which carries the prefix-cache hit.
-  std::string StreamStart(const GenerationTracker&) override { return ""; }
+  // message_start goes out as soon as the request is admitted, so a long prefill shows the
+  // client a live stream (pings follow); the prefix-cache hit is known only from the first
+  // output, so its usage reports the cache read in message_delta.
+  std::string StreamStart(const GenerationTracker& t) override { return Open(t); }
 
   std::string StreamDelta(const TrackedDelta& d, const GenerationTracker& t) override {
     std::string out = Open(t);
@@ -384,11 +386,9 @@ class MessagesWriter final : public ResponseWriter {
   int64_t index_ = 0;
 };
 
-}  // namespace
-
-Status MapMessagesRequest(const JsonValue& body, std::vector<ChatMessage>& messages,
-                          ChatOptions& options) {
-  if (!body.is_object()) return InvalidArgumentError("request body: must be a JSON object");
+// `thinking` {type: enabled | adaptive | disabled, budget_tokens} and `output_config.effort`
+// (low | medium | high | max, or the other names and numbers of §6.1) into the chat options.
+Status MapThinking(const JsonValue& body, ChatOptions& options) {
   if (const JsonValue* thinking = FieldOrNull(body, "thinking"); thinking != nullptr) {
     DSV41_ASSIGN_OR_RETURN(std::optional<std::string> type,
                            thinking->is_object()
@@ -400,11 +400,39 @@ Status MapMessagesRequest(const JsonValue& body, std::vector<ChatMessage>& messa
     } else if (type == "disabled") {
       options.mode = ChatMode::kChat;
     } else {
-      return InvalidArgumentError("thinking.type: must be enabled or disabled");
+      return InvalidArgumentError("thinking.type: must be enabled, adaptive or disabled");
     }
     DSV41_ASSIGN_OR_RETURN(std::optional<int64_t> budget, IntegerField(*thinking, "budget_tokens"));
     (void)budget;  // not enforced (engine policy, docs/server.md)
   }
+  const JsonValue* config = FieldOrNull(body, "output_config");
+  if (config == nullptr) return OkStatus();
+  if (!config->is_object()) return InvalidArgumentError("output_config: must be an object");
+  const JsonValue* effort = FieldOrNull(*config, "effort");
+  if (effort == nullptr || effort->is_null()) return OkStatus();
+  DSV41_ASSIGN_OR_RETURN(std::optional<int> level,
+                         ParseReasoningEffort(*effort, "output_config.effort"));
+  if (level.has_value()) {
+    options.reasoning_effort = *level;
+  } else {
+    options.mode = ChatMode::kChat;  // "none"
+  }
+  return OkStatus();
+}
+
+// A system message of `messages` (Claude Code sends them between turns): rendered where it
+// stands (§6.2; it counts as a user turn for the thinking rules).
+Status MapSystemMessage(const JsonValue& content, const std::string& field, ChatMessage& out) {
+  DSV41_ASSIGN_OR_RETURN(out.content, TextOrTextBlocks(&content, field));
+  return OkStatus();
+}
+
+}  // namespace
+
+Status MapMessagesRequest(const JsonValue& body, std::vector<ChatMessage>& messages,
+                          ChatOptions& options) {
+  if (!body.is_object()) return InvalidArgumentError("request body: must be a JSON object");
+  DSV41_RETURN_IF_ERROR(MapThinking(body, options));
   DSV41_ASSIGN_OR_RETURN(std::vector<JsonValue> tools, MapTools(body));
   DSV41_ASSIGN_OR_RETURN(bool choice_none, ToolChoiceNone(body, tools));
   if (choice_none) tools.clear();
@@ -440,8 +468,10 @@ Status MapMessagesRequest(const JsonValue& body, std::vector<ChatMessage>& messa
     } else if (out.role == "assistant") {
       open_calls.clear();
       DSV41_RETURN_IF_ERROR(MapAssistantMessage(*content, field + ".content", open_calls, out));
+    } else if (out.role == "system") {
+      DSV41_RETURN_IF_ERROR(MapSystemMessage(*content, field + ".content", out));
     } else {
-      return InvalidArgumentError("%s.role: unknown role '%s' (want user or assistant)",
+      return InvalidArgumentError("%s.role: unknown role '%s' (want user, assistant or system)",
                                   field.c_str(), out.role.c_str());
     }
     messages.push_back(std::move(out));
@@ -449,10 +479,28 @@ Status MapMessagesRequest(const JsonValue& body, std::vector<ChatMessage>& messa
   return OkStatus();
 }
 
-Result<GenerationRequest> ParseMessagesRequest(const JsonValue& body, const ServedModel& model) {
+namespace {
+
+struct RenderedMessages {
+  std::vector<int32_t> prompt_ids;
+  bool ends_in_reasoning = false;
+};
+
+Result<RenderedMessages> RenderMessages(const JsonValue& body, const ServedModel& model) {
   std::vector<ChatMessage> messages;
   ChatOptions options;
   DSV41_RETURN_IF_ERROR(MapMessagesRequest(body, messages, options));
+  DSV41_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatMessages(std::move(messages), options));
+  RenderedMessages rendered;
+  rendered.ends_in_reasoning = prompt.ends_in_reasoning;
+  DSV41_ASSIGN_OR_RETURN(rendered.prompt_ids, EncodeChatPrompt(*model.tokenizer, prompt));
+  return rendered;
+}
+
+}  // namespace
+
+Result<GenerationRequest> ParseMessagesRequest(const JsonValue& body, const ServedModel& model) {
+  DSV41_ASSIGN_OR_RETURN(RenderedMessages rendered, RenderMessages(body, model));
   GenerationRequest r;
   r.api = Api::kMessages;
   r.parse_chat = true;
@@ -468,9 +516,8 @@ Result<GenerationRequest> ParseMessagesRequest(const JsonValue& body, const Serv
       return InvalidArgumentError("stop_sequences[%zu]: must not be empty", i);
     }
   }
-  DSV41_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatMessages(std::move(messages), options));
-  r.starts_in_reasoning = prompt.ends_in_reasoning;
-  DSV41_ASSIGN_OR_RETURN(r.submission.prompt_ids, EncodeChatPrompt(*model.tokenizer, prompt));
+  r.starts_in_reasoning = rendered.ends_in_reasoning;
+  r.submission.prompt_ids = std::move(rendered.prompt_ids);
   DSV41_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens, IntegerField(body, "max_tokens"));
   if (!max_tokens.has_value()) return InvalidArgumentError("max_tokens: is required");
   DSV41_ASSIGN_OR_RETURN(params.max_tokens,
@@ -478,6 +525,11 @@ Result<GenerationRequest> ParseMessagesRequest(const JsonValue& body, const Serv
                                       max_tokens, model, "messages", "max_tokens"));
   DSV41_RETURN_IF_ERROR(ValidateSamplingParams(params, model.vocab_size));
   return r;
+}
+
+Result<JsonValue> CountMessagesTokens(const JsonValue& body, const ServedModel& model) {
+  DSV41_ASSIGN_OR_RETURN(RenderedMessages rendered, RenderMessages(body, model));
+  return JsonObject({{"input_tokens", JsonInt(static_cast<int64_t>(rendered.prompt_ids.size()))}});
 }
 
 std::unique_ptr<ResponseWriter> MakeMessagesWriter(const GenerationRequest& request,

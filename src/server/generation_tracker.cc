@@ -18,7 +18,8 @@ OutputDelta ContentDelta(std::string text) {
 GenerationTracker::GenerationTracker(const GenerationRequest& request, int32_t think_close_id)
     : parse_chat_(request.parse_chat),
       think_close_id_(think_close_id),
-      in_reasoning_(request.parse_chat && request.starts_in_reasoning) {
+      in_reasoning_(request.parse_chat && request.starts_in_reasoning),
+      prompt_tokens_(static_cast<int32_t>(request.submission.prompt_ids.size())) {
   if (parse_chat_) {
     parser_.emplace(request.starts_in_reasoning ? ChatMode::kThinking : ChatMode::kChat);
   }

@@ -1,19 +1,25 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "base/log.h"
 #include "server/anthropic_api.h"
@@ -25,6 +31,63 @@
 #include "server/tokenize_api.h"
 
 namespace dsv41 {
+
+// httplib hands each accepted connection to its task queue as one job that lasts as long as the
+// connection: with a fixed pool, clients that connect and stall (or send half a request) hold
+// every thread and /health waits behind them. This queue starts a worker whenever none is idle,
+// up to `max_threads`, so a stalled connection costs a parked thread (until its read deadline),
+// never the others' turn. Workers stay once started (parked, they cost only their stacks).
+class ElasticTaskQueue final : public httplib::TaskQueue {
+ public:
+  explicit ElasticTaskQueue(int max_threads) : max_threads_(max_threads) {}
+  ~ElasticTaskQueue() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(fn));
+    if (num_idle_ < static_cast<int>(jobs_.size()) &&
+        static_cast<int>(threads_.size()) < max_threads_) {
+      threads_.emplace_back([this] { Work(); });
+    } else {
+      ready_.notify_one();
+    }
+  }
+
+  void shutdown() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      threads.swap(threads_);
+    }
+    ready_.notify_all();
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  void Work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      ++num_idle_;
+      ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      --num_idle_;
+      if (jobs_.empty()) return;  // stopping, and every job ran
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  const int max_threads_;
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;  // guarded by mu_
+  std::vector<std::thread> threads_;        // guarded by mu_
+  int num_idle_ = 0;                        // guarded by mu_
+  bool stopping_ = false;                   // guarded by mu_
+};
 
 // Everything one streaming request needs after its handler returned (httplib calls the content
 // provider later on the same thread).
@@ -81,7 +144,9 @@ struct HttpServer::Impl {
                     "application/json");
   }
 
-  static bool IsAnthropic(const httplib::Request& req) { return req.path == "/v1/messages"; }
+  static bool IsAnthropic(const httplib::Request& req) {
+    return req.path.starts_with("/v1/messages");
+  }
 
   // --- auth and readiness -----------------------------------------------------------------------
 
@@ -155,10 +220,11 @@ struct HttpServer::Impl {
   template <typename Fn>
   void JsonRoute(const httplib::Request& req, httplib::Response& res, Fn fn) {
     if (!Admit(req, res)) return;
+    const bool anthropic = IsAnthropic(req);
     Result<JsonValue> body = ParseJsonValue(req.body, "request body");
-    if (!body.ok()) return SendError(false, ApiErrorFromStatus(body.status()), res);
+    if (!body.ok()) return SendError(anthropic, ApiErrorFromStatus(body.status()), res);
     Result<JsonValue> out = fn(*body, *model.load());
-    if (!out.ok()) return SendError(false, ApiErrorFromStatus(out.status()), res);
+    if (!out.ok()) return SendError(anthropic, ApiErrorFromStatus(out.status()), res);
     res.set_content(FormatJson(*out), "application/json");
   }
 
@@ -246,8 +312,12 @@ struct HttpServer::Impl {
   bool StreamStep(StreamState& s, httplib::DataSink& sink) {
     std::string chunk;
     if (!s.started) {
+      // The first event goes out at once, before any output: a long prefill streams from the
+      // first moment, and heartbeats keep it alive until the first token.
       s.started = true;
       chunk = s.writer->StreamStart(*s.tracker);
+      if (chunk.empty()) chunk = s.writer->Heartbeat();
+      return sink.write(chunk.data(), chunk.size());
     }
     std::vector<RequestOutput> outputs;
     if (!s.stream->Wait(outputs, options.heartbeat)) {
@@ -284,6 +354,12 @@ struct HttpServer::Impl {
 
   void Routes() {
     server.Get("/health", [this](const httplib::Request&, httplib::Response& res) { Health(res); });
+    // Clients probe the base URL (GET or HEAD /) before they use it.
+    server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status": "ok", "api": ["/v1/chat/completions", "/v1/completions", )"
+                      R"("/v1/messages", "/v1/models"]})",
+                      "application/json");
+    });
     server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Admit(req, res)) return;
       res.set_content(FormatJson(ModelsResponse(*model.load())), "application/json");
@@ -304,6 +380,10 @@ struct HttpServer::Impl {
     server.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
       Generate(Api::kMessages, req, res);
     });
+    server.Post("/v1/messages/count_tokens",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  JsonRoute(req, res, CountMessagesTokens);
+                });
     server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       JsonRoute(req, res, Tokenize);
     });
@@ -353,16 +433,19 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const HttpServerOptions& op
                                                      ServerMetrics& metrics) {
   auto impl = std::make_unique<Impl>(options, metrics);
   httplib::Server& s = impl->server;
-  const int num_threads = std::max(4, options.num_threads);
+  const int max_threads = std::max(4, options.max_threads);
   // httplib owns the queue it is handed (its API takes a raw pointer).
-  s.new_task_queue = [num_threads] { return new httplib::ThreadPool(num_threads); };
+  s.new_task_queue = [max_threads] { return new ElasticTaskQueue(max_threads); };
   s.set_payload_max_length(options.max_request_bytes);
   s.set_keep_alive_timeout(options.keep_alive_seconds);
-  s.set_read_timeout(30);
+  s.set_read_timeout(options.read_timeout_seconds);
   s.set_write_timeout(30);
   int listen_socket = -1;  // the socket httplib binds last is the one it listens on
   s.set_socket_options([&listen_socket](socket_t sock) {
-    httplib::default_socket_options(sock);
+    // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second server on a
+    // port in use listens beside the first and the kernel splits the connections between them.
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     listen_socket = sock;
   });
   impl->Routes();
@@ -379,11 +462,37 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const HttpServerOptions& op
     return IoError("cannot listen on %s:%d: %s", options.host.c_str(), options.port, e.what());
   }
   if (!bound) {
-    return IoError("cannot listen on %s:%d (address in use or not local?)", options.host.c_str(),
-                   options.port);
+    return IoError("cannot listen on %s:%d: %s", options.host.c_str(), options.port,
+                   BindFailure(options.host, options.port).c_str());
   }
   DSV41_RETURN_IF_ERROR(SetListenBacklog(listen_socket, options.listen_backlog));
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+std::string BindFailure(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
+    return "the host does not resolve";
+  }
+  std::string why = "the address is not local";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int sock = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (sock < 0) continue;
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    const bool in_use = ::bind(sock, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE;
+    ::close(sock);
+    if (in_use) {
+      why = "address already in use";
+      break;
+    }
+  }
+  ::freeaddrinfo(found);
+  return why;
 }
 
 Status SetListenBacklog(int socket_fd, int backlog) {

@@ -26,8 +26,11 @@ struct HttpServerOptions {
   // also takes "x-api-key: KEY"), else 401.
   std::string api_key;
   size_t max_request_bytes = size_t{16} << 20;  // larger bodies get 413
-  // Connections served at once (each streaming request holds one thread for its life).
-  int num_threads = 64;
+  // Connections served at once at most: each holds a thread for its life (a stream, an idle
+  // keep-alive, a client still sending its request), started when no thread is free.
+  int max_threads = 4096;
+  // A connection that sends nothing of its request (headers or body) for this long is closed.
+  int read_timeout_seconds = 10;
   // A stream that has had no output this long gets a comment or ping event, so a client that
   // went away is noticed and its request aborted.
   std::chrono::milliseconds heartbeat{1000};
@@ -37,6 +40,10 @@ struct HttpServerOptions {
   // so a burst of new clients on a busy machine got reset).
   int listen_backlog = 1024;
 };
+
+// Why binding host:port failed, for the error: "address already in use" when another socket
+// holds it, else a guess from the address.
+std::string BindFailure(const std::string& host, int port);
 
 // Sets the accept-queue length of `socket_fd`, already listening (Linux takes a second listen()
 // as a new backlog). IoError naming the socket when the kernel refuses.

@@ -194,6 +194,9 @@ std::string ServerMetrics::RenderPrometheus() const {
            e.total_blocks == 0 ? 0.0 : static_cast<double>(used) / e.total_blocks, out);
     Single("dsv41_prompt_tokens_total", "Prompt tokens admitted.", "counter",
            static_cast<double>(e.prompt_tokens), out);
+    Single("dsv41_prompt_tokens_computed_total",
+           "Prompt tokens computed (prefill chunks run; prefix-cache hits are not).", "counter",
+           static_cast<double>(e.prompt_tokens_computed), out);
     Single("dsv41_generation_tokens_total", "Tokens generated.", "counter",
            static_cast<double>(e.generation_tokens), out);
     Single("dsv41_prefix_cache_queried_tokens_total",

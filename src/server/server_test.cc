@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -516,8 +519,22 @@ INSTANTIATE_TEST_SUITE_P(
         BadRequest{"AnthropicNoMaxTokens", "/v1/messages",
                    R"({"messages": [{"role": "user", "content": "x"}]})", 400, "max_tokens"},
         BadRequest{"AnthropicUnknownRole", "/v1/messages",
-                   R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})", 400,
+                   R"({"max_tokens": 5, "messages": [{"role": "wizard", "content": "x"}]})", 400,
                    "messages[0].role"},
+        BadRequest{"AnthropicToolResultImage", "/v1/messages",
+                   R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"},
+                   {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name":
+                   "Read", "input": {}}]}, {"role": "user", "content": [{"type": "tool_result",
+                   "tool_use_id": "t1", "content": [{"type": "text", "text": "ok"}, {"type":
+                   "image", "source": {"type": "base64", "media_type": "image/png", "data":
+                   "AA=="}}]}]}]})",
+                   400, "messages[2].content[0].content[1]"},
+        BadRequest{"AnthropicBadEffort", "/v1/messages",
+                   R"({"max_tokens": 5, "output_config": {"effort": "extreme"},
+                   "messages": [{"role": "user", "content": "x"}]})",
+                   400, "output_config.effort"},
+        BadRequest{"AnthropicCountTokensNoMessages", "/v1/messages/count_tokens",
+                   R"({"model": "tiny"})", 400, "messages"},
         BadRequest{"AnthropicToolResultWithoutUse", "/v1/messages",
                    R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type":
                        "tool_result", "tool_use_id": "t1", "content": "r"}]}]})",
@@ -786,6 +803,225 @@ TEST(ListenBacklogTest, WideningTheBacklogQueuesABurstOfConnections) {
   EXPECT_EQ(ConnectsQueuedWithoutAccept(widened, kBurst), kBurst);
   close(widened);
   EXPECT_FALSE(SetListenBacklog(-1, 128).ok());
+}
+
+// ---- What Claude Code sends
+// ----------------------------------------------------------------------
+
+// The prompt the backend received, as text (special tokens kept).
+std::string LastPromptText(const ScriptedBackend& backend, const Tokenizer& tokenizer) {
+  return tokenizer.Decode(backend.last_prompt(), DecodeOptions{.skip_special_tokens = false});
+}
+
+TEST_F(ServerTest, SystemMessagesMidConversationRenderWhereTheyStand) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  // tokenizer-and-chat.md §6.8 example: a system message between turns renders <｜System｜> and
+  // its text at that point; it counts as a user turn.
+  const HttpResponse r = Post("/v1/messages", R"({"max_tokens": 5, "system": "S",
+      "thinking": {"type": "disabled"}, "messages": [{"role": "user", "content": "q1"},
+      {"role": "assistant", "content": "a1"}, {"role": "system", "content": "mid"},
+      {"role": "user", "content": "q2"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(LastPromptText(*backend_, *tokenizer_),
+            "<｜begin▁of▁sentence｜><｜System｜>S<｜User｜>q1<｜Assistant｜></think>a1<｜end▁of▁"
+            "sentence｜><｜System｜>mid<｜User｜>q2<｜Assistant｜></think>");
+}
+
+TEST_F(ServerTest, ThinkingTypesAndOutputConfigEffortSetTheMode) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  const std::string user = R"("messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5)";
+  auto prompt_of = [&](const std::string& members) {
+    const HttpResponse r = Post("/v1/messages", "{" + members + ", " + user + "}");
+    EXPECT_EQ(r.status, 200) << members << ": " << r.body;
+    return LastPromptText(*backend_, *tokenizer_);
+  };
+  const std::string adaptive_max =
+      prompt_of(R"("thinking": {"type": "adaptive"}, "output_config": {"effort": "max"})");
+  EXPECT_NE(adaptive_max.find("Reasoning Effort: 100 "), std::string::npos) << adaptive_max;
+  EXPECT_TRUE(adaptive_max.ends_with("<｜Assistant｜><think>")) << adaptive_max;
+  const std::string enabled_low = prompt_of(
+      R"("thinking": {"type": "enabled", "budget_tokens": 1024}, "output_config": {"effort": "low"})");
+  EXPECT_NE(enabled_low.find("Reasoning Effort: 50 "), std::string::npos) << enabled_low;
+  const std::string disabled = prompt_of(R"("thinking": {"type": "disabled"})");
+  EXPECT_EQ(disabled.find("Reasoning Effort"), std::string::npos) << disabled;
+  EXPECT_TRUE(disabled.ends_with("<｜Assistant｜></think>")) << disabled;
+}
+
+TEST_F(ServerTest, FieldsClaudeCodeSendsThatDoNotChangeThePromptAreIgnored) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  const std::string plain = R"({"model": "tiny", "max_tokens": 5, "system": [{"type": "text",
+      "text": "S"}], "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]})";
+  ASSERT_EQ(Post("/v1/messages", plain).status, 200);
+  const std::vector<int32_t> expected = backend_->last_prompt();
+  const std::string decorated = R"({"model": "tiny", "max_tokens": 5, "system": [{"type": "text",
+      "text": "S", "cache_control": {"type": "ephemeral"}}], "messages": [{"role": "user",
+      "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral",
+      "ttl": "1h"}}]}], "metadata": {"user_id": "u"}, "context_management": {"edits": [{"type":
+      "clear_thinking_20251015", "keep": "all"}]}, "service_tier": "auto"})";
+  const HttpResponse r =
+      Post("/v1/messages?beta=true", decorated,
+           {{"anthropic-beta", "claude-code-20250219,mid-conversation-system-2026-04-07"},
+            {"anthropic-version", "2023-06-01"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(backend_->last_prompt(), expected);
+}
+
+TEST_F(ServerTest, CountTokensGivesThePromptLengthTheEngineGets) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  const HttpResponse counted = Post("/v1/messages/count_tokens?beta=true", kMessagesBody);
+  ASSERT_EQ(counted.status, 200) << counted.body;
+  ASSERT_EQ(Post("/v1/messages", kMessagesBody).status, 200);
+  EXPECT_EQ(JsonText(Parse(counted.body), "input_tokens"),
+            std::to_string(backend_->last_prompt().size()));
+  const HttpResponse bad = Post("/v1/messages/count_tokens", R"({"messages": []})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(JsonText(Parse(bad.body), "type"), "error") << "the Anthropic error shape";
+}
+
+// A raw HTTP/1.1 exchange (the client here has no HEAD): the response's status line.
+std::string RawStatusLine(int port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  EXPECT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  std::string got;
+  char buf[512];
+  ssize_t n = 0;
+  while (got.find("\r\n") == std::string::npos && (n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return got.substr(0, got.find("\r\n"));
+}
+
+TEST_F(ServerTest, BaseUrlAnswersGetAndHead) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  EXPECT_EQ(Get("/").status, 200);
+  EXPECT_EQ(
+      RawStatusLine(server_->port(), "HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+      "HTTP/1.1 200 OK");
+  EXPECT_EQ(Get("/nowhere").status, 404);
+}
+
+TEST_F(ServerTest, StreamsSendTheirFirstEventBeforeAnyOutput) {
+  HttpServerOptions options;
+  Start(ScriptedBackend::ByteTokens("ok"), options);
+  backend_->set_hold(true);  // a prefill that does not end: no output at all
+  // The fixture's heartbeat is 50 ms; what must arrive at once is the stream's first event.
+  struct Case {
+    std::string path, body, first_event;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/messages", WithMembers(kMessagesBody, R"("stream": true)"), "event: message_start"},
+      {"/v1/chat/completions", WithMembers(kChatBody, R"("stream": true)"), "\"role\""},
+  };
+  for (const Case& c : cases) {
+    std::string first;
+    Result<HttpResponse> r =
+        client_->PostStreaming(c.path, c.body, {}, [&](std::string_view piece) {
+          first = std::string(piece);
+          return false;  // hang up after the first piece
+        });
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_NE(first.find(c.first_event), std::string::npos) << c.path << ": " << first;
+  }
+  // Both hang-ups abort their requests in the engine although no token was ever produced.
+  while (backend_->num_aborted() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(backend_->num_live(), 0);
+}
+
+TEST_F(ServerTest, ASecondServerOnAPortInUseFailsNamingIt) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  HttpServerOptions options;
+  options.port = server_->port();
+  ServerMetrics metrics;
+  Result<std::unique_ptr<HttpServer>> second = HttpServer::Bind(options, metrics);
+  ASSERT_FALSE(second.ok()) << "bound beside the first (SO_REUSEPORT?)";
+  EXPECT_NE(second.status().message().find("address already in use"), std::string::npos)
+      << second.status().message();
+  EXPECT_NE(second.status().message().find("127.0.0.1:" + std::to_string(server_->port())),
+            std::string::npos)
+      << second.status().message();
+  EXPECT_EQ(Get("/health").status, 200) << "the first keeps serving";
+}
+
+// A loopback connection to `port` (-1 when refused).
+int ConnectLoopback(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(ServerTest, StalledAndSilentConnectionsDoNotStarveTheRest) {
+  // Each connection takes two descriptors here (client and server side) and a server thread.
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = files.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &files);
+  const int per_kind = static_cast<int>(std::min<rlim_t>(1000, (files.rlim_cur - 200) / 4));
+  ASSERT_GE(per_kind, 100) << "too few file descriptors for the test: " << files.rlim_cur;
+  HttpServerOptions options;
+  options.read_timeout_seconds = 2;
+  Start(ScriptedBackend::ByteTokens("ok"), options);
+  std::vector<int> stalled;
+  const std::string half =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 400"
+      "\r\nContent-Type: application/json\r\n\r\n{\"messages\": [";
+  for (int i = 0; i < 2 * per_kind; ++i) {
+    const int fd = ConnectLoopback(server_->port());
+    ASSERT_GE(fd, 0) << "connection " << i << " refused";
+    if (i % 2 == 1) {
+      ASSERT_EQ(send(fd, half.data(), half.size(), 0), static_cast<ssize_t>(half.size()));
+    }
+    stalled.push_back(fd);
+  }
+  using Clock = std::chrono::steady_clock;
+  for (int round = 0; round < 3; ++round) {
+    const Clock::time_point t0 = Clock::now();
+    HttpClient fresh("127.0.0.1", server_->port());
+    Result<HttpResponse> health = fresh.Get("/health");
+    ASSERT_TRUE(health.ok()) << health.status().ToString();
+    EXPECT_EQ(health->status, 200);
+    Result<HttpResponse> chat = fresh.Post("/v1/chat/completions", kChatBody);
+    ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+    EXPECT_EQ(chat->status, 200);
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(1)) << "round " << round;
+  }
+  // Every stalled connection is closed by its read deadline (EOF or reset on the client side).
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::seconds(options.read_timeout_seconds + 8);
+  size_t closed = 0;
+  size_t closed_silent = 0;
+  for (size_t k = 0; k < stalled.size(); ++k) {
+    bool eof = false;
+    while (!eof) {
+      pollfd p{stalled[k], POLLIN, 0};
+      const int left = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      if (poll(&p, 1, std::max(left, 0)) != 1) break;  // the deadline passed
+      char buf[256];
+      const ssize_t n = recv(stalled[k], buf, sizeof(buf), MSG_DONTWAIT);
+      eof = n == 0 || (n < 0 && errno != EAGAIN);  // an error answer may come first
+    }
+    closed += eof ? 1 : 0;
+    closed_silent += eof && k % 2 == 0 ? 1 : 0;
+    close(stalled[k]);
+  }
+  EXPECT_EQ(closed_silent, stalled.size() / 2) << "silent connections closed";
+  EXPECT_EQ(closed, stalled.size());
 }
 
 }  // namespace

@@ -23,9 +23,11 @@ ModelConfig TinyConfig() {
   c.compress_ratios = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1};
   c.rope_theta = 10000;
   c.compress_rope_theta = 160000;
+  // A context an agent's prompt fits in (Claude Code's first request is ~50k tokens); YaRN's
+  // product original × factor equals it, as in the release.
   c.compress_yarn = {
-      .factor = 16, .original_max_position_embeddings = 64, .beta_fast = 32, .beta_slow = 1};
-  c.max_position_embeddings = 1024;
+      .factor = 16, .original_max_position_embeddings = 8192, .beta_fast = 32, .beta_slow = 1};
+  c.max_position_embeddings = 131072;
   c.kv_source_layer_ids = {2, 4, 6};
   c.index_source_layer_ids = {2, 4, 6, 8};
   c.candidate_source_layer_id = 6;
@@ -74,8 +76,6 @@ ModelConfig SmallConfig() {
   c.o_groups = 4;
   c.o_lora_rank = 256;
   c.sliding_window = 64;
-  c.max_position_embeddings = 16384;
-  c.compress_yarn.original_max_position_embeddings = 1024;
   c.index_n_heads = 8;
   c.index_head_dim = 64;
   c.index_topk = 32;

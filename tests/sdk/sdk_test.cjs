@@ -20,7 +20,7 @@ test('models.list names the served model and its context', async () => {
   const ids = page.data.map((m) => m.id);
   assert.deepEqual(ids, ['tiny']);
   assert.equal(page.data[0].object, 'model');
-  assert.equal(page.data[0].max_model_len, 1024);
+  assert.equal(page.data[0].max_model_len, 131072);  // the tiny preset's context
 });
 
 test('chat completion: streamed deltas concatenate to the non-streamed message', async () => {
@@ -133,6 +133,38 @@ test('anthropic messages: the stream accumulates to the non-streamed message', a
   assert.equal(streamed.usage.output_tokens, full.usage.output_tokens);
 });
 
+test('anthropic as Claude Code calls it: count_tokens, system turns, thinking, effort', async () => {
+  const conversation = [
+    { role: 'user', content: 'Read the file.' },
+    { role: 'assistant', content: 'Which one?' },
+    { role: 'system', content: 'The user works in /tmp.' },
+    { role: 'user', content: [{ type: 'text', text: 'notes.txt', cache_control: { type: 'ephemeral' } }] },
+  ];
+  const request = {
+    model, max_tokens: 8, temperature: 0, messages: conversation,
+    system: [{ type: 'text', text: 'You are a coding agent. '.repeat(60), cache_control: { type: 'ephemeral' } }],
+    thinking: { type: 'adaptive' }, output_config: { effort: 'high' },
+    metadata: { user_id: 'someone' }, context_management: { edits: [] },
+  };
+  const counted = await anthropic.messages.countTokens({
+    model, messages: conversation, system: request.system, thinking: request.thinking,
+    output_config: request.output_config,
+  });
+  assert.ok(counted.input_tokens > 256);  // two full 128-token blocks at least
+  const full = await anthropic.messages.create(request);
+  assert.equal(full.usage.input_tokens + full.usage.cache_read_input_tokens, counted.input_tokens);
+  assert.equal(full.content[0].type, 'thinking');
+  const streamed = await anthropic.messages.stream(request).finalMessage();
+  assert.deepEqual(streamed.content, full.content);
+  assert.equal(streamed.usage.output_tokens, full.usage.output_tokens);
+  // The same conversation again: the prefix cache serves the prompt's full blocks.
+  const again = await anthropic.messages.create(request);
+  assert.ok(again.usage.cache_read_input_tokens > 0, JSON.stringify(again.usage));
+  await assert.rejects(
+    anthropic.messages.countTokens({ model, messages: [] }),
+    (e) => e instanceof Anthropic.BadRequestError && /messages/.test(e.message));
+});
+
 test('errors surface as the SDKs typed errors: 400, 401, 404', async () => {
   await assert.rejects(
     openai.chat.completions.create({ model, messages: [{ role: 'wizard', content: 'x' }] }),
@@ -148,7 +180,7 @@ test('errors surface as the SDKs typed errors: 400, 401, 404', async () => {
     openai.chat.completions.create({ model: 'no-such-model', messages }),
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
   await assert.rejects(
-    anthropic.messages.create({ model, max_tokens: 5, messages: [{ role: 'system', content: 'x' }] }),
+    anthropic.messages.create({ model, max_tokens: 5, messages: [{ role: 'robot', content: 'x' }] }),
     (e) => e instanceof Anthropic.BadRequestError && e.status === 400 &&
            e.error.type === 'error' && e.error.error.type === 'invalid_request_error');
   const wrongAnthropic = new Anthropic({ baseURL, apiKey: 'wrong', maxRetries: 0 });
