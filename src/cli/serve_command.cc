@@ -40,6 +40,7 @@ struct ServeFlags {
   std::string api_key;
   int32_t max_queue = 256;
   size_t max_request_bytes = size_t{16} << 20;
+  size_t responses_store = HttpServerOptions{}.responses_store;
   double shutdown_timeout_s = 10.0;
   double log_stats_interval_s = 10.0;
   EngineFlags engine;
@@ -147,6 +148,7 @@ int RunServe(ServeFlags flags) {
   http.api_key = flags.api_key;
   http.max_request_bytes = flags.max_request_bytes;
   http.max_threads = http_threads;
+  http.responses_store = flags.responses_store;
   Result<std::unique_ptr<HttpServer>> server = HttpServer::Bind(http, metrics);
   if (!server.ok()) {
     std::fprintf(stderr, "dsv41 serve: %s\n", server.status().ToString().c_str());
@@ -249,6 +251,10 @@ std::function<int()> SetupServe(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--max-request-bytes", flags->max_request_bytes,
                  "largest request body; larger get 413")
+      ->capture_default_str();
+  sub.add_option("--responses-store", flags->responses_store,
+                 "responses of /v1/responses kept for GET, DELETE and previous_response_id "
+                 "(least recently used dropped beyond; 0: none)")
       ->capture_default_str();
   sub.add_option("--shutdown-timeout", flags->shutdown_timeout_s,
                  "seconds requests in flight get to finish after SIGINT/SIGTERM")

@@ -7,6 +7,10 @@
 namespace dsv41 {
 
 ApiError ApiErrorFromStatus(const Status& status) {
+  if (status.code() == StatusCode::kNotFound) {
+    return ApiError{
+        .status = 404, .type = RequestErrorType::kNotFound, .message = status.message()};
+  }
   const bool client =
       status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kOutOfRange;
   return ApiError{.status = client ? 400 : 500,

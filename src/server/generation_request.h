@@ -5,6 +5,7 @@
 // endpoints, how the output is parsed (tokenizer-and-chat.md §7).
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,9 @@
 
 namespace dsv41 {
 
-enum class Api { kChatCompletions, kCompletions, kMessages };
+enum class Api { kChatCompletions, kCompletions, kMessages, kResponses };
+
+struct ResponsesRequest;  // server/responses_api.h
 
 // The model the server serves, as the API layer sees it. Immutable; thread-safe to read.
 struct ServedModel {
@@ -53,6 +56,9 @@ struct GenerationRequest {
   bool echo = false;
   bool return_token_ids = false;
   std::string prompt_text;  // the prompt as text (echo)
+
+  // /v1/responses: what the response object echoes and where it is stored.
+  std::shared_ptr<const ResponsesRequest> responses;
 };
 
 }  // namespace dsv41

@@ -60,6 +60,14 @@ Result<HttpResponse> HttpClient::Get(const std::string& path, const HttpHeaders&
   return Send(impl_->client, req);
 }
 
+Result<HttpResponse> HttpClient::Delete(const std::string& path, const HttpHeaders& headers) {
+  httplib::Request req;
+  req.method = "DELETE";
+  req.path = path;
+  req.headers = ToHeaders(headers);
+  return Send(impl_->client, req);
+}
+
 Result<HttpResponse> HttpClient::Post(const std::string& path, std::string body,
                                       const HttpHeaders& headers, const std::string& content_type) {
   httplib::Request req;

@@ -36,6 +36,7 @@ class HttpClient {
 
   // IoError naming the method and path when no response came (connection refused, timeout).
   Result<HttpResponse> Get(const std::string& path, const HttpHeaders& headers = {});
+  Result<HttpResponse> Delete(const std::string& path, const HttpHeaders& headers = {});
   Result<HttpResponse> Post(const std::string& path, std::string body,
                             const HttpHeaders& headers = {},
                             const std::string& content_type = "application/json");

@@ -28,6 +28,7 @@
 #include "server/openai_api.h"
 #include "server/request_fields.h"
 #include "server/response_writer.h"
+#include "server/responses_api.h"
 #include "server/tokenize_api.h"
 
 namespace dsv41 {
@@ -103,6 +104,7 @@ struct StreamState {
 struct HttpServer::Impl {
   HttpServerOptions options;
   ServerMetrics& metrics;
+  ResponseStore responses;  // POST /v1/responses with store: GET, DELETE, previous_response_id
   httplib::Server server;
   int port = 0;
   std::thread listener;
@@ -119,7 +121,8 @@ struct HttpServer::Impl {
   std::condition_variable idle;
   int num_active = 0;  // guarded by active_mu: generation requests not yet answered in full
 
-  Impl(const HttpServerOptions& o, ServerMetrics& m) : options(o), metrics(m) {}
+  Impl(const HttpServerOptions& o, ServerMetrics& m)
+      : options(o), metrics(m), responses(o.responses_store) {}
 
   // A token whose lifetime is one generation request's, from its handler to the end of its
   // response (a stream's lives in the content provider httplib keeps until the stream ends).
@@ -228,6 +231,15 @@ struct HttpServer::Impl {
     res.set_content(FormatJson(*out), "application/json");
   }
 
+  // GET / DELETE /v1/responses/{id}.
+  template <typename Fn>
+  void StoredResponseRoute(const httplib::Request& req, httplib::Response& res, Fn fn) {
+    if (!Admit(req, res)) return;
+    Result<JsonValue> out = fn(responses, req.matches[1].str());
+    if (!out.ok()) return SendError(false, ApiErrorFromStatus(out.status()), res);
+    res.set_content(FormatJson(*out), "application/json");
+  }
+
   void Generate(Api api, const httplib::Request& req, httplib::Response& res) {
     const bool anthropic = api == Api::kMessages;
     if (!Admit(req, res)) return;
@@ -247,6 +259,7 @@ struct HttpServer::Impl {
     Result<GenerationRequest> parsed =
         api == Api::kChatCompletions ? ParseChatCompletionsRequest(*body, served)
         : api == Api::kCompletions   ? ParseCompletionsRequest(*body, served)
+        : api == Api::kResponses     ? ParseResponsesRequest(*body, served, responses)
                                      : ParseMessagesRequest(*body, served);
     if (!parsed.ok()) return SendError(anthropic, ApiErrorFromStatus(parsed.status()), res);
 
@@ -357,7 +370,7 @@ struct HttpServer::Impl {
     // Clients probe the base URL (GET or HEAD /) before they use it.
     server.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"status": "ok", "api": ["/v1/chat/completions", "/v1/completions", )"
-                      R"("/v1/messages", "/v1/models"]})",
+                      R"("/v1/messages", "/v1/responses", "/v1/models"]})",
                       "application/json");
     });
     server.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
@@ -384,6 +397,17 @@ struct HttpServer::Impl {
                 [this](const httplib::Request& req, httplib::Response& res) {
                   JsonRoute(req, res, CountMessagesTokens);
                 });
+    server.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+      Generate(Api::kResponses, req, res);
+    });
+    server.Get(R"(/v1/responses/([^/]+))",
+               [this](const httplib::Request& req, httplib::Response& res) {
+                 StoredResponseRoute(req, res, GetStoredResponse);
+               });
+    server.Delete(R"(/v1/responses/([^/]+))",
+                  [this](const httplib::Request& req, httplib::Response& res) {
+                    StoredResponseRoute(req, res, DeleteStoredResponse);
+                  });
     server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       JsonRoute(req, res, Tokenize);
     });

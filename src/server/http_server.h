@@ -39,6 +39,9 @@ struct HttpServerOptions {
   // Connections the kernel queues before the listener accepts them (cpp-httplib listens with 5,
   // so a burst of new clients on a busy machine got reset).
   int listen_backlog = 1024;
+  // Responses of POST /v1/responses kept for GET / DELETE and previous_response_id (LRU beyond
+  // this many; 0 keeps none).
+  size_t responses_store = 1024;
 };
 
 // Why binding host:port failed, for the error: "address already in use" when another socket

@@ -493,8 +493,8 @@ class CompletionsWriter final : public ResponseWriter {
 
 }  // namespace
 
-Result<GenerationRequest> ParseChatCompletionsRequest(const JsonValue& body,
-                                                      const ServedModel& model) {
+Result<GenerationRequest> ParseChatBody(const JsonValue& body, const ServedModel& model,
+                                        const ChatBudget& budget) {
   DSV41_RETURN_IF_ERROR(CheckObject(body));
   GenerationRequest r;
   r.api = Api::kChatCompletions;
@@ -522,18 +522,24 @@ Result<GenerationRequest> ParseChatCompletionsRequest(const JsonValue& body,
   DSV41_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatCompletionsRequest(body));
   r.starts_in_reasoning = prompt.ends_in_reasoning;
   DSV41_ASSIGN_OR_RETURN(r.submission.prompt_ids, EncodeChatPrompt(*model.tokenizer, prompt));
+  DSV41_ASSIGN_OR_RETURN(
+      r.submission.params.max_tokens,
+      OutputBudget(static_cast<int64_t>(r.submission.prompt_ids.size()), budget.max_tokens, model,
+                   budget.prompt_field, budget.max_tokens_field));
+  DSV41_RETURN_IF_ERROR(ValidateSamplingParams(r.submission.params, model.vocab_size));
+  return r;
+}
 
+Result<GenerationRequest> ParseChatCompletionsRequest(const JsonValue& body,
+                                                      const ServedModel& model) {
+  DSV41_RETURN_IF_ERROR(CheckObject(body));
   DSV41_ASSIGN_OR_RETURN(std::optional<int64_t> max_completion,
                          IntegerField(body, "max_completion_tokens"));
   DSV41_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens, IntegerField(body, "max_tokens"));
   const bool completion_named = max_completion.has_value();
-  DSV41_ASSIGN_OR_RETURN(
-      r.submission.params.max_tokens,
-      OutputBudget(static_cast<int64_t>(r.submission.prompt_ids.size()),
-                   completion_named ? max_completion : max_tokens, model, "messages",
-                   completion_named ? "max_completion_tokens" : "max_tokens"));
-  DSV41_RETURN_IF_ERROR(ValidateSamplingParams(r.submission.params, model.vocab_size));
-  return r;
+  return ParseChatBody(body, model,
+                       {completion_named ? max_completion : max_tokens, "messages",
+                        completion_named ? "max_completion_tokens" : "max_tokens"});
 }
 
 Result<GenerationRequest> ParseCompletionsRequest(const JsonValue& body, const ServedModel& model) {

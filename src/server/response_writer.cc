@@ -2,6 +2,7 @@
 
 #include "server/anthropic_api.h"
 #include "server/openai_api.h"
+#include "server/responses_api.h"
 
 namespace dsv41 {
 
@@ -14,6 +15,8 @@ std::unique_ptr<ResponseWriter> MakeResponseWriter(const GenerationRequest& requ
       return MakeCompletionsWriter(request, model);
     case Api::kMessages:
       return MakeMessagesWriter(request, model);
+    case Api::kResponses:
+      return MakeResponsesWriter(request, model);
   }
   return nullptr;
 }

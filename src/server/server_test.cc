@@ -548,6 +548,30 @@ INSTANTIATE_TEST_SUITE_P(
                        "image", "source": {}}]}]})",
                    400, "image"},
         BadRequest{"AnthropicMalformedJson", "/v1/messages", "{", 400, "invalid JSON"},
+        BadRequest{"ResponsesHostedTool", "/v1/responses",
+                   R"({"input": "x", "tools": [{"type": "function", "name": "f"}, {"type":
+                       "web_search"}]})",
+                   400, "tools[1].type: 'web_search' is not supported"},
+        BadRequest{"ResponsesUnknownPreviousId", "/v1/responses",
+                   R"({"input": "x", "previous_response_id": "resp_nope"})", 404, "resp_nope"},
+        BadRequest{"ResponsesNoInput", "/v1/responses", R"({"instructions": "x"})", 400, "input"},
+        BadRequest{"ResponsesImage", "/v1/responses",
+                   R"({"input": [{"role": "user", "content": [{"type": "input_text", "text":
+                       "a"}, {"type": "input_image", "image_url": "data:"}]}]})",
+                   400, "input[0].content[1]"},
+        BadRequest{"ResponsesOutputWithoutCall", "/v1/responses",
+                   R"({"input": [{"role": "user", "content": "a"}, {"type":
+                       "function_call_output", "call_id": "c9", "output": "r"}]})",
+                   400, "input[1].call_id"},
+        BadRequest{"ResponsesUnknownItem", "/v1/responses",
+                   R"({"input": [{"type": "web_search_call", "id": "w"}]})", 400, "input[0].type"},
+        BadRequest{"ResponsesBudgetBeyondContext", "/v1/responses",
+                   R"({"input": "x", "max_output_tokens": 100000})", 400, "max_output_tokens"},
+        BadRequest{"ResponsesBadEffort", "/v1/responses",
+                   R"({"input": "x", "reasoning": {"effort": "extreme"}})", 400,
+                   "reasoning.effort"},
+        BadRequest{"ResponsesBackground", "/v1/responses", R"({"input": "x", "background": true})",
+                   400, "background"},
         BadRequest{"UnknownRoute", "/v1/nothing", "{}", 404, "/v1/nothing"}),
     [](const ::testing::TestParamInfo<BadRequest>& info) { return info.param.name; });
 
@@ -1022,6 +1046,217 @@ TEST_F(ServerTest, StalledAndSilentConnectionsDoNotStarveTheRest) {
   }
   EXPECT_EQ(closed_silent, stalled.size() / 2) << "silent connections closed";
   EXPECT_EQ(closed, stalled.size());
+}
+
+// ---- The Responses API (Codex CLI)
+// ------------------------------------------------------------------------
+
+const std::string kResponsesBody =
+    R"({"model": "tiny", "instructions": "Be brief.", "input": [{"role": "user", "content":
+        [{"type": "input_text", "text": "Weather in Paris?"}]}], "tools": [{"type": "function",
+        "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type":
+        "string"}}}}], "store": true, "include": ["reasoning.encrypted_content"]})";
+
+// A response's output items without their ids (which differ between two runs).
+std::string OutputWithoutIds(const JsonValue& response) {
+  JsonValue output = *JsonAt(response, "output");
+  for (JsonValue& item : output.array) {
+    for (JsonMember& m : item.object) {
+      if (m.key == "id" || m.key == "call_id") m.value = JsonString("-");
+    }
+  }
+  return FormatJson(output);
+}
+
+// What a Responses stream adds up to.
+struct ResponsesStream {
+  std::vector<std::string> types;
+  std::string reasoning, text, arguments;
+  JsonValue final_response;
+  bool sequence_in_order = true;
+};
+
+ResponsesStream CollectResponses(const std::vector<SseMessage>& events) {
+  ResponsesStream s;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const JsonValue data = Parse(events[i].data);
+    EXPECT_EQ(JsonText(data, "type"), events[i].event) << "event name and data type agree";
+    s.types.push_back(events[i].event);
+    if (JsonText(data, "sequence_number") != std::to_string(i)) s.sequence_in_order = false;
+    if (events[i].event == "response.reasoning_text.delta") s.reasoning += JsonText(data, "delta");
+    if (events[i].event == "response.output_text.delta") s.text += JsonText(data, "delta");
+    if (events[i].event == "response.function_call_arguments.delta") {
+      s.arguments += JsonText(data, "delta");
+    }
+    if (events[i].event.starts_with("response.") && data.Find("response") != nullptr) {
+      s.final_response = *data.Find("response");
+    }
+  }
+  return s;
+}
+
+TEST_F(ServerTest, ResponsesGivesReasoningMessageAndFunctionCallItemsStreamingOrNot) {
+  Start(ScriptedBackend::ByteTokens(kScript));
+  const HttpResponse r = Post("/v1/responses", kResponsesBody);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const JsonValue v = Parse(r.body);
+  EXPECT_EQ(JsonText(v, "object"), "response");
+  EXPECT_TRUE(JsonText(v, "id").starts_with("resp_"));
+  EXPECT_EQ(JsonText(v, "status"), "completed");
+  EXPECT_EQ(JsonText(v, "instructions"), "Be brief.");
+  EXPECT_EQ(JsonText(v, "output.0.type"), "reasoning");
+  EXPECT_EQ(JsonText(v, "output.0.content.0.text"), kReasoning);
+  EXPECT_EQ(JsonText(v, "output.0.summary.0.text"), kReasoning);
+  EXPECT_EQ(JsonText(v, "output.0.encrypted_content"), kReasoning) << "include asked for it";
+  EXPECT_EQ(JsonText(v, "output.1.type"), "message");
+  EXPECT_EQ(JsonText(v, "output.1.role"), "assistant");
+  EXPECT_EQ(JsonText(v, "output.1.content.0.type"), "output_text");
+  EXPECT_EQ(JsonText(v, "output.1.content.0.text"), kContent);
+  EXPECT_EQ(JsonText(v, "output.2.type"), "function_call");
+  EXPECT_EQ(JsonText(v, "output.2.name"), "get_weather");
+  EXPECT_EQ(JsonText(v, "output.2.arguments"), kArguments);
+  EXPECT_TRUE(JsonText(v, "output.2.call_id").starts_with("call_"));
+  EXPECT_EQ(JsonText(v, "usage.output_tokens"), std::to_string(kScript.size()));
+  EXPECT_NE(JsonAt(v, "usage.output_tokens_details.reasoning_tokens"), nullptr);
+  EXPECT_EQ(JsonText(v, "usage.input_tokens"), std::to_string(backend_->last_prompt().size()));
+  EXPECT_NE(JsonAt(v, "usage.input_tokens_details.cached_tokens"), nullptr);
+
+  const ResponsesStream s =
+      CollectResponses(PostSse("/v1/responses", WithMembers(kResponsesBody, R"("stream": true)")));
+  EXPECT_TRUE(s.sequence_in_order);
+  ASSERT_GE(s.types.size(), 3u);
+  EXPECT_EQ(s.types[0], "response.created");
+  EXPECT_EQ(s.types[1], "response.in_progress");
+  EXPECT_EQ(s.types.back(), "response.completed");
+  EXPECT_EQ(s.reasoning, kReasoning);
+  EXPECT_EQ(s.text, kContent);
+  EXPECT_EQ(s.arguments, kArguments);
+  EXPECT_EQ(OutputWithoutIds(s.final_response), OutputWithoutIds(v));
+  EXPECT_EQ(JsonText(s.final_response, "usage.output_tokens"), JsonText(v, "usage.output_tokens"));
+  // Every item is announced, then finished; text parts open and close around their deltas.
+  const std::vector<std::string> expected_order = {"response.output_item.added",
+                                                   "response.content_part.added",
+                                                   "response.reasoning_text.done",
+                                                   "response.content_part.done",
+                                                   "response.output_item.done",
+                                                   "response.output_item.added",
+                                                   "response.content_part.added",
+                                                   "response.output_text.done",
+                                                   "response.content_part.done",
+                                                   "response.output_item.done",
+                                                   "response.output_item.added",
+                                                   "response.function_call_arguments.delta",
+                                                   "response.function_call_arguments.done",
+                                                   "response.output_item.done"};
+  std::vector<std::string> structural;
+  for (const std::string& type : s.types) {
+    if (type != "response.reasoning_text.delta" && type != "response.output_text.delta" &&
+        type != "response.created" && type != "response.in_progress" &&
+        type != "response.completed") {
+      structural.push_back(type);
+    }
+  }
+  EXPECT_EQ(structural, expected_order);
+}
+
+TEST_F(ServerTest, ResponsesInputItemsRenderAsTheSameChatConversation) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  const HttpResponse chat = Post("/v1/chat/completions", R"({"messages": [
+      {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": "Looking.", "reasoning_content": "think",
+       "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather",
+       "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+      {"role": "developer", "content": "Answer now."}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+      "reasoning_effort": "high"})");
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const std::vector<int32_t> expected = backend_->last_prompt();
+  const HttpResponse responses = Post("/v1/responses", R"({"instructions": "Be brief.",
+      "input": [{"type": "message", "role": "user", "content": "Weather?"},
+      {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "think"},
+      {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text":
+       "Looking.", "annotations": []}]},
+      {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments":
+       "{\"city\": \"Paris\"}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+      {"role": "developer", "content": [{"type": "input_text", "text": "Answer now."}]}],
+      "tools": [{"type": "function", "name": "get_weather", "parameters": {}, "strict": false}],
+      "tool_choice": "auto", "parallel_tool_calls": false, "reasoning": {"effort": "high",
+      "summary": "auto"}, "store": false, "stream": false, "prompt_cache_key": "k",
+      "metadata": {"a": "b"}, "user": "u", "truncation": "disabled", "service_tier": "auto",
+      "text": {"format": {"type": "text"}, "verbosity": "medium"}})");
+  ASSERT_EQ(responses.status, 200) << responses.body;
+  EXPECT_EQ(backend_->last_prompt(), expected) << LastPromptText(*backend_, *tokenizer_);
+  EXPECT_EQ(JsonText(Parse(responses.body), "output.0.content.0.text"), "ok");
+
+  // reasoning.effort none is chat mode (§6.9).
+  ASSERT_EQ(Post("/v1/responses", R"({"input": "Hi", "reasoning": {"effort": "none"}})").status,
+            200);
+  EXPECT_TRUE(LastPromptText(*backend_, *tokenizer_).ends_with("<｜Assistant｜></think>"));
+}
+
+TEST_F(ServerTest, StoredResponsesAreReadDeletedAndContinuedByPreviousResponseId) {
+  HttpServerOptions options;
+  options.responses_store = 2;
+  Start(ScriptedBackend::ByteTokens(kScript), options);
+  const JsonValue first = Parse(Post("/v1/responses", kResponsesBody).body);
+  const std::string id = JsonText(first, "id");
+  const HttpResponse got = Get("/v1/responses/" + id);
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(FormatJson(Parse(got.body)), FormatJson(first));
+
+  // Continuing the stored response renders the whole conversation, as if sent in full.
+  const std::string call_id = JsonText(first, "output.2.call_id");
+  const HttpResponse next = Post("/v1/responses", R"({"previous_response_id": ")" + id +
+                                                      R"(", "input": [{"type":
+      "function_call_output", "call_id": ")" + call_id +
+                                                      R"(", "output": "sunny"}],
+      "instructions": "Be brief.", "tools": [{"type": "function", "name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]})");
+  ASSERT_EQ(next.status, 200) << next.body;
+  const std::vector<int32_t> continued = backend_->last_prompt();
+  const JsonValue output = *JsonAt(first, "output");
+  std::string full_input = R"([{"role": "user", "content": [{"type": "input_text", "text":
+      "Weather in Paris?"}]}, )";
+  for (const JsonValue& item : output.array) full_input += FormatJson(item) + ", ";
+  full_input +=
+      R"({"type": "function_call_output", "call_id": ")" + call_id + R"(", "output": "sunny"}])";
+  ASSERT_EQ(Post("/v1/responses",
+                 R"({"store": false, "input": )" + full_input + R"(, "instructions": "Be brief.",
+      "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}}}]})")
+                .status,
+            200);
+  EXPECT_EQ(continued, backend_->last_prompt());
+
+  // DELETE removes it; the store keeps the 2 most recently used.
+  const HttpResponse deleted = client_->Delete("/v1/responses/" + id).value();
+  ASSERT_EQ(deleted.status, 200) << deleted.body;
+  const JsonValue deleted_body = Parse(deleted.body);
+  ASSERT_NE(JsonAt(deleted_body, "deleted"), nullptr);
+  EXPECT_TRUE(JsonAt(deleted_body, "deleted")->bool_value);
+  EXPECT_EQ(Get("/v1/responses/" + id).status, 404);
+  EXPECT_EQ(client_->Delete("/v1/responses/" + id).value().status, 404);
+  const std::string second = JsonText(Parse(next.body), "id");
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(Post("/v1/responses", kResponsesBody).status, 200);
+  EXPECT_EQ(Get("/v1/responses/" + second).status, 404) << "evicted, least recently used";
+  const HttpResponse unstored =
+      Post("/v1/responses", WithMembers(R"({"input": "x"})", R"("store": false)"));
+  EXPECT_EQ(Get("/v1/responses/" + JsonText(Parse(unstored.body), "id")).status, 404);
+}
+
+TEST_F(ServerTest, ResponsesCutByTheBudgetAreIncomplete) {
+  Start(ScriptedBackend::ByteTokens(kScript));
+  const std::string body = WithMembers(kResponsesBody, R"("max_output_tokens": 5)");
+  const JsonValue v = Parse(Post("/v1/responses", body).body);
+  EXPECT_EQ(JsonText(v, "status"), "incomplete");
+  EXPECT_EQ(JsonText(v, "incomplete_details.reason"), "max_output_tokens");
+  const ResponsesStream s =
+      CollectResponses(PostSse("/v1/responses", WithMembers(body, R"("stream": true)")));
+  ASSERT_FALSE(s.types.empty());
+  EXPECT_EQ(s.types.back(), "response.incomplete");
+  EXPECT_EQ(JsonText(s.final_response, "incomplete_details.reason"), "max_output_tokens");
 }
 
 }  // namespace
