@@ -165,6 +165,52 @@ test('anthropic as Claude Code calls it: count_tokens, system turns, thinking, e
     (e) => e instanceof Anthropic.BadRequestError && /messages/.test(e.message));
 });
 
+test('responses.create and responses.stream agree; stored responses read back and continue', async () => {
+  // Instructions long enough to fill whole cache blocks, which the continuation then reuses.
+  const request = { model, instructions: 'Be brief. '.repeat(60), input: 'Say something about the sea.',
+                    temperature: 0, max_output_tokens: 12, reasoning: { effort: 'high' } };
+  const full = await openai.responses.create(request);
+  assert.equal(full.object, 'response');
+  assert.ok(['completed', 'incomplete'].includes(full.status));
+  assert.equal(typeof full.output_text, 'string');
+  const u = full.usage;
+  assert.ok(u.input_tokens > 5);
+  assert.ok(u.output_tokens >= 1 && u.output_tokens <= 12);
+  assert.equal(u.total_tokens, u.input_tokens + u.output_tokens);
+  assert.equal(typeof u.input_tokens_details.cached_tokens, 'number');
+  assert.equal(typeof u.output_tokens_details.reasoning_tokens, 'number');
+
+  const stream = openai.responses.stream(request);
+  const types = [];
+  let text = '';
+  for await (const event of stream) {
+    types.push(event.type);
+    if (event.type === 'response.output_text.delta') text += event.delta;
+  }
+  const final = await stream.finalResponse();
+  assert.equal(types[0], 'response.created');
+  assert.ok(types.at(-1) === 'response.completed' || types.at(-1) === 'response.incomplete');
+  const strip = (r) => r.output.map((item) => ({ ...item, id: '-' }));
+  assert.deepEqual(strip(final), strip(full));
+  assert.equal(text, full.output_text);
+  assert.equal(final.output_text, full.output_text);
+
+  const stored = await openai.responses.retrieve(full.id);
+  assert.deepEqual(strip(stored), strip(full));
+  // Instructions are not carried over (the API's rule): the client sends them again.
+  const next = await openai.responses.create({ model, previous_response_id: full.id,
+                                               instructions: request.instructions,
+                                               input: 'And about the sky?', max_output_tokens: 4 });
+  assert.ok(next.usage.input_tokens > u.input_tokens);
+  assert.ok(next.usage.input_tokens_details.cached_tokens > 0, JSON.stringify(next.usage));
+  await openai.responses.delete(full.id);
+  await assert.rejects(openai.responses.retrieve(full.id),
+                       (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+  await assert.rejects(
+    openai.responses.create({ model, input: 'x', tools: [{ type: 'web_search' }] }),
+    (e) => e instanceof OpenAI.BadRequestError && /tools\[0\]\.type/.test(e.message));
+});
+
 test('errors surface as the SDKs typed errors: 400, 401, 404', async () => {
   await assert.rejects(
     openai.chat.completions.create({ model, messages: [{ role: 'wizard', content: 'x' }] }),
