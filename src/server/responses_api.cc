@@ -202,33 +202,52 @@ class ChatMessagesBuilder {
   std::set<std::string> calls_;
 };
 
-// `tools`: function tools ({type: function, name, description, parameters, strict}) as chat tools.
-Result<JsonValue> ChatTools(const JsonValue& tools) {
-  if (!tools.is_array()) return InvalidArgumentError("tools: must be an array");
-  JsonValue out = JsonArray();
+// A hosted tool the API runs on its side (web search, file search, ...): this server has none, so
+// the model is not offered it; a client that merely lists it (Codex CLI lists web_search) is
+// served.
+bool IsHostedTool(std::string_view type) {
+  return type == "web_search" || type == "web_search_preview" || type == "file_search" ||
+         type == "code_interpreter" || type == "image_generation";
+}
+
+// Appends the function tools of `tools` (`field` names the list) as chat tools; a `namespace`
+// tool contributes the functions it groups (Codex CLI sends its sub-agent tools so).
+Status AppendChatTools(const JsonValue& tools, const std::string& field, JsonValue& out) {
+  if (!tools.is_array()) return InvalidArgumentError("%s: must be an array", field.c_str());
   for (size_t t = 0; t < tools.array.size(); ++t) {
     const JsonValue& tool = tools.array[t];
-    const std::string field = StrFormat("tools[%zu]", t);
-    if (!tool.is_object()) return InvalidArgumentError("%s: must be an object", field.c_str());
+    const std::string tool_field = StrFormat("%s[%zu]", field.c_str(), t);
+    if (!tool.is_object()) return InvalidArgumentError("%s: must be an object", tool_field.c_str());
     DSV41_ASSIGN_OR_RETURN(std::optional<std::string> type, StringField(tool, "type"));
+    if (type.has_value() && IsHostedTool(*type)) continue;
+    if (type == "namespace") {
+      const JsonValue* inner = FieldOrNull(tool, "tools");
+      if (inner == nullptr) {
+        return InvalidArgumentError("%s.tools: is required", tool_field.c_str());
+      }
+      DSV41_RETURN_IF_ERROR(AppendChatTools(*inner, tool_field + ".tools", out));
+      continue;
+    }
     if (type != "function") {
       return InvalidArgumentError("%s.type: '%s' is not supported (function tools only)",
-                                  field.c_str(), type.value_or("").c_str());
+                                  tool_field.c_str(), type.value_or("").c_str());
     }
     DSV41_ASSIGN_OR_RETURN(std::optional<std::string> name, StringField(tool, "name"));
-    if (!name.has_value()) return InvalidArgumentError("%s.name: must be a string", field.c_str());
+    if (!name.has_value()) {
+      return InvalidArgumentError("%s.name: must be a string", tool_field.c_str());
+    }
     DSV41_ASSIGN_OR_RETURN(std::optional<std::string> description,
                            StringField(tool, "description"));
     const JsonValue* parameters = FieldOrNull(tool, "parameters");
     if (parameters != nullptr && !parameters->is_object()) {
-      return InvalidArgumentError("%s.parameters: must be an object", field.c_str());
+      return InvalidArgumentError("%s.parameters: must be an object", tool_field.c_str());
     }
     JsonValue function = JsonObject({{"name", JsonString(*name)}});
     if (description.has_value()) function.Set("description", JsonString(*description));
     function.Set("parameters", parameters != nullptr ? *parameters : JsonObject());
     out.Push(JsonObject({{"type", JsonString("function")}, {"function", std::move(function)}}));
   }
-  return out;
+  return OkStatus();
 }
 
 // `tool_choice`: none / auto / required, or {type: function, name}.
@@ -370,7 +389,8 @@ Result<JsonValue> ChatBodyOf(const JsonValue& body, const std::vector<JsonValue>
     if (const JsonValue* v = FieldOrNull(body, key); v != nullptr) chat.Set(key, *v);
   }
   if (const JsonValue* tools = FieldOrNull(body, "tools"); tools != nullptr) {
-    DSV41_ASSIGN_OR_RETURN(JsonValue chat_tools, ChatTools(*tools));
+    JsonValue chat_tools = JsonArray();
+    DSV41_RETURN_IF_ERROR(AppendChatTools(*tools, "tools", chat_tools));
     if (!chat_tools.array.empty()) chat.Set("tools", std::move(chat_tools));
   }
   if (const JsonValue* choice = FieldOrNull(body, "tool_choice"); choice != nullptr) {

@@ -550,8 +550,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadRequest{"AnthropicMalformedJson", "/v1/messages", "{", 400, "invalid JSON"},
         BadRequest{"ResponsesHostedTool", "/v1/responses",
                    R"({"input": "x", "tools": [{"type": "function", "name": "f"}, {"type":
-                       "web_search"}]})",
-                   400, "tools[1].type: 'web_search' is not supported"},
+                       "custom", "name": "apply_patch"}]})",
+                   400, "tools[1].type: 'custom' is not supported"},
+        BadRequest{"ResponsesNamespaceToolNotFunction", "/v1/responses",
+                   R"({"input": "x", "tools": [{"type": "namespace", "name": "n", "tools":
+                       [{"type": "local_shell"}]}]})",
+                   400, "tools[0].tools[0].type"},
         BadRequest{"ResponsesUnknownPreviousId", "/v1/responses",
                    R"({"input": "x", "previous_response_id": "resp_nope"})", 404, "resp_nope"},
         BadRequest{"ResponsesNoInput", "/v1/responses", R"({"instructions": "x"})", 400, "input"},
@@ -1244,6 +1248,24 @@ TEST_F(ServerTest, StoredResponsesAreReadDeletedAndContinuedByPreviousResponseId
   const HttpResponse unstored =
       Post("/v1/responses", WithMembers(R"({"input": "x"})", R"("store": false)"));
   EXPECT_EQ(Get("/v1/responses/" + JsonText(Parse(unstored.body), "id")).status, 404);
+}
+
+TEST_F(ServerTest, ResponsesOfferNamespacedFunctionsAndSkipHostedTools) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  // What Codex CLI lists: functions, a namespace of functions, and the hosted web_search.
+  ASSERT_EQ(Post("/v1/responses", R"({"input": "x", "tools": [{"type": "function", "name": "a"},
+      {"type": "namespace", "name": "ns", "description": "d", "tools": [{"type": "function",
+      "name": "b", "parameters": {"type": "object"}}]}, {"type": "web_search",
+      "external_web_access": false}]})")
+                .status,
+            200);
+  const std::vector<int32_t> listed = backend_->last_prompt();
+  ASSERT_EQ(Post("/v1/responses", R"({"input": "x", "tools": [{"type": "function", "name": "a"},
+      {"type": "function", "name": "b", "parameters": {"type": "object"}}]})")
+                .status,
+            200);
+  EXPECT_EQ(listed, backend_->last_prompt());
+  EXPECT_NE(LastPromptText(*backend_, *tokenizer_).find("\"name\": \"b\""), std::string::npos);
 }
 
 TEST_F(ServerTest, ResponsesCutByTheBudgetAreIncomplete) {

@@ -207,7 +207,7 @@ test('responses.create and responses.stream agree; stored responses read back an
   await assert.rejects(openai.responses.retrieve(full.id),
                        (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
   await assert.rejects(
-    openai.responses.create({ model, input: 'x', tools: [{ type: 'web_search' }] }),
+    openai.responses.create({ model, input: 'x', tools: [{ type: 'custom', name: 'apply_patch' }] }),
     (e) => e instanceof OpenAI.BadRequestError && /tools\[0\]\.type/.test(e.message));
 });
 
