@@ -26,6 +26,7 @@
 #include "server/generation_backend.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/scripted_backend.h"
 #include "text/special_tokens.h"
 
 namespace dsv41 {
@@ -43,6 +44,8 @@ struct ServeFlags {
   size_t responses_store = HttpServerOptions{}.responses_store;
   double shutdown_timeout_s = 10.0;
   double log_stats_interval_s = 10.0;
+  std::string scripted_replies;
+  int64_t default_max_tokens = 0;
   EngineFlags engine;
 };
 
@@ -112,6 +115,76 @@ void PrintStats(const EngineStats& now, const EngineStats& before, double second
                queried ? 100.0 * static_cast<double>(hit) / static_cast<double>(queried) : 0.0);
 }
 
+// The resolved configuration, the first line `dsv41 serve` prints.
+void PrintServeConfig(const ServeFlags& flags, const std::string& dir, const EngineOptions& options,
+                      int threads, int http_threads) {
+  std::fprintf(stderr,
+               "dsv41 serve: model %s, served as '%s', host %s, port %d, api key %s, max-queue "
+               "%d, max-request-bytes %zu, %d compute threads, http threads on demand up to %d, "
+               "max-num-seqs %d, "
+               "max-num-batched-tokens %d, max-model-len %lld\n",
+               dir.c_str(), flags.served_model_names.front().c_str(), flags.host.c_str(),
+               flags.port, flags.api_key.empty() ? "off" : "on", flags.max_queue,
+               flags.max_request_bytes, threads, http_threads, options.max_num_seqs,
+               options.max_num_batched_tokens, static_cast<long long>(options.max_model_len));
+}
+
+// A stats line every `interval_s` seconds while something happens, until SIGINT / SIGTERM.
+void PrintStatsUntilSignalled(SignalWaiter& signals, const ServerMetrics& metrics,
+                              double interval_s) {
+  EngineStats last = metrics.engine_stats();
+  auto last_time = std::chrono::steady_clock::now();
+  const double interval = interval_s > 0 ? interval_s : 3600.0;
+  while (!signals.WaitFor(std::chrono::duration<double>(interval))) {
+    if (interval_s <= 0) continue;
+    const auto now_time = std::chrono::steady_clock::now();
+    const EngineStats now = metrics.engine_stats();
+    const bool idle = now.running == 0 && now.waiting == 0 && now.num_steps == last.num_steps;
+    if (idle) continue;  // nothing happened since the last line
+    PrintStats(now, last, std::chrono::duration<double>(now_time - last_time).count());
+    last = now;
+    last_time = now_time;
+  }
+}
+
+// What the engine loop drives: the engine, or scripted replies (--scripted-replies).
+struct ServingBackend {
+  std::unique_ptr<Engine> engine;  // null when scripted
+  std::unique_ptr<GenerationBackend> backend;
+  int64_t max_model_len = 0;
+};
+
+Result<ServingBackend> StartEngine(LoadedTextModel& model, const EngineOptions& options,
+                                   ThreadPool& pool, const EngineFlags& flags) {
+  PrefaultWeights(model, pool, flags);
+  DSV41_RETURN_IF_ERROR(OpenEngramStorage(model, pool, flags));
+  ServingBackend out;
+  DSV41_ASSIGN_OR_RETURN(out.engine, Engine::Create(model, options, pool));
+  PrintEngineLayout(*out.engine, options);
+  out.backend = std::make_unique<EngineBackend>(*out.engine);
+  out.max_model_len = out.engine->layout().max_request_tokens;
+  return out;
+}
+
+// The model's tokenizer and chat format, with replies from a file instead of its forward: a
+// client (a coding agent under test) is driven through a scripted session.
+Result<ServingBackend> StartScripted(const LoadedTextModel& model, const EngineOptions& options,
+                                     const std::string& replies_path) {
+  DSV41_ASSIGN_OR_RETURN(std::vector<ScriptedBackend::Reply> replies,
+                         ScriptedBackend::LoadReplies(replies_path, *model.tokenizer));
+  ServingBackend out;
+  out.max_model_len = model.config().max_position_embeddings;
+  if (options.max_model_len > 0)
+    out.max_model_len = std::min(out.max_model_len, options.max_model_len);
+  std::fprintf(stderr,
+               "dsv41 serve: scripted replies from %s (%zu replies; the model's weights are not "
+               "used), max context %lld tokens\n",
+               replies_path.c_str(), replies.size(), static_cast<long long>(out.max_model_len));
+  out.backend = std::make_unique<ScriptedBackend>(std::move(replies), *model.tokenizer,
+                                                  replies_path, /*num_blocks=*/1024);
+  return out;
+}
+
 int RunServe(ServeFlags flags) {
   const std::string dir = flags.model_flag.empty() ? flags.model_dir : flags.model_flag;
   if (dir.empty()) {
@@ -123,32 +196,26 @@ int RunServe(ServeFlags flags) {
     std::fprintf(stderr, "dsv41 serve: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  if (flags.max_queue < 0 || flags.max_request_bytes == 0 || flags.port < 0 || flags.port > 65535) {
-    std::fprintf(stderr, "dsv41 serve: --max-queue, --max-request-bytes or --port out of range\n");
+  if (flags.max_queue < 0 || flags.max_request_bytes == 0 || flags.port < 0 || flags.port > 65535 ||
+      flags.default_max_tokens < 0) {
+    std::fprintf(stderr,
+                 "dsv41 serve: --max-queue, --max-request-bytes, --port or --default-max-tokens "
+                 "out of range\n");
     return 2;
   }
   if (flags.served_model_names.empty()) flags.served_model_names.push_back(dir);
   const int threads = ComputeThreads(flags.engine);
   const int http_threads = HttpServerOptions{}.max_threads;
-  std::fprintf(stderr,
-               "dsv41 serve: model %s, served as '%s', host %s, port %d, api key %s, max-queue "
-               "%d, max-request-bytes %zu, %d compute threads, http threads on demand up to %d, "
-               "max-num-seqs %d, "
-               "max-num-batched-tokens %d, max-model-len %lld\n",
-               dir.c_str(), flags.served_model_names.front().c_str(), flags.host.c_str(),
-               flags.port, flags.api_key.empty() ? "off" : "on", flags.max_queue,
-               flags.max_request_bytes, threads, http_threads, options->max_num_seqs,
-               options->max_num_batched_tokens, static_cast<long long>(options->max_model_len));
+  PrintServeConfig(flags, dir, *options, threads, http_threads);
 
   SignalWaiter signals;
   ServerMetrics metrics;
-  HttpServerOptions http;
-  http.host = flags.host;
-  http.port = flags.port;
-  http.api_key = flags.api_key;
-  http.max_request_bytes = flags.max_request_bytes;
-  http.max_threads = http_threads;
-  http.responses_store = flags.responses_store;
+  HttpServerOptions http{.host = flags.host,
+                         .port = flags.port,
+                         .api_key = flags.api_key,
+                         .max_request_bytes = flags.max_request_bytes,
+                         .max_threads = http_threads,
+                         .responses_store = flags.responses_store};
   Result<std::unique_ptr<HttpServer>> server = HttpServer::Bind(http, metrics);
   if (!server.ok()) {
     std::fprintf(stderr, "dsv41 serve: %s\n", server.status().ToString().c_str());
@@ -181,27 +248,23 @@ int RunServe(ServeFlags flags) {
     return 1;
   }
   ThreadPool pool(threads);
-  PrefaultWeights(*model, pool, flags.engine);
-  if (const Status engram = OpenEngramStorage(*model, pool, flags.engine); !engram.ok()) {
-    std::fprintf(stderr, "dsv41 serve: %s\n", engram.ToString().c_str());
-    return 1;
+  Result<ServingBackend> backend = flags.scripted_replies.empty()
+                                       ? StartEngine(*model, *options, pool, flags.engine)
+                                       : StartScripted(*model, *options, flags.scripted_replies);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "dsv41 serve: %s\n", backend.status().ToString().c_str());
+    return backend.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  Result<std::unique_ptr<Engine>> engine = Engine::Create(*model, *options, pool);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "dsv41 serve: %s\n", engine.status().ToString().c_str());
-    return 2;
-  }
-  PrintEngineLayout(**engine, *options);
 
   ServedModel served;
   served.tokenizer = model->tokenizer.get();
   served.names = flags.served_model_names;
-  served.max_model_len = (*engine)->layout().max_request_tokens;
+  served.max_model_len = backend->max_model_len;
+  served.default_max_tokens = flags.default_max_tokens;
   served.vocab_size = model->config().vocab_size;
   served.think_close_id = model->tokenizer->IdOf(kThinkClose).value_or(-1);
   served.created = UnixSeconds();
-  EngineBackend backend(**engine);
-  EngineLoop loop(backend, metrics,
+  EngineLoop loop(*backend->backend, metrics,
                   EngineLoopOptions{.max_live_requests = options->max_num_seqs + flags.max_queue});
   loop.Start();
   (*server)->SetReady(served, loop);
@@ -209,19 +272,7 @@ int RunServe(ServeFlags flags) {
                served.names.front().c_str(), address.c_str(),
                static_cast<long long>(served.max_model_len));
 
-  EngineStats last = metrics.engine_stats();
-  auto last_time = std::chrono::steady_clock::now();
-  const double interval = flags.log_stats_interval_s > 0 ? flags.log_stats_interval_s : 3600.0;
-  while (!signals.WaitFor(std::chrono::duration<double>(interval))) {
-    if (flags.log_stats_interval_s <= 0) continue;
-    const auto now_time = std::chrono::steady_clock::now();
-    const EngineStats now = metrics.engine_stats();
-    const bool idle = now.running == 0 && now.waiting == 0 && now.num_steps == last.num_steps;
-    if (idle) continue;  // nothing happened since the last line
-    PrintStats(now, last, std::chrono::duration<double>(now_time - last_time).count());
-    last = now;
-    last_time = now_time;
-  }
+  PrintStatsUntilSignalled(signals, metrics, flags.log_stats_interval_s);
   std::fprintf(stderr,
                "dsv41 serve: signal %d: stopping (no new requests; %d in flight get %.0f s to "
                "finish, then are aborted)\n",
@@ -256,6 +307,15 @@ std::function<int()> SetupServe(CLI::App& sub) {
                  "responses of /v1/responses kept for GET, DELETE and previous_response_id "
                  "(least recently used dropped beyond; 0: none)")
       ->capture_default_str();
+  sub.add_option("--default-max-tokens", flags->default_max_tokens,
+                 "output tokens of a chat or Responses request that sets no max_tokens / "
+                 "max_output_tokens (0: what the context leaves)")
+      ->capture_default_str();
+  sub.add_option("--scripted-replies", flags->scripted_replies,
+                 "answer from this JSON file of replies chosen by what the prompt contains "
+                 "({\"replies\": [{\"when_prompt_contains\": [...], \"text\": ...}]}) "
+                 "instead of the model's forward: drives a client through a scripted session")
+      ->check(CLI::ExistingFile);
   sub.add_option("--shutdown-timeout", flags->shutdown_timeout_s,
                  "seconds requests in flight get to finish after SIGINT/SIGTERM")
       ->capture_default_str();

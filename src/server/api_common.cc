@@ -21,8 +21,9 @@ Result<int32_t> OutputBudget(int64_t prompt_tokens, std::optional<int64_t> max_t
         prompt_field.data(), static_cast<long long>(prompt_tokens), limit);
   }
   if (!max_tokens.has_value()) {
-    return static_cast<int32_t>(std::min<int64_t>(model.max_model_len - prompt_tokens,
-                                                  std::numeric_limits<int32_t>::max()));
+    int64_t budget = model.max_model_len - prompt_tokens;
+    if (model.default_max_tokens > 0) budget = std::min(budget, model.default_max_tokens);
+    return static_cast<int32_t>(std::min<int64_t>(budget, std::numeric_limits<int32_t>::max()));
   }
   if (*max_tokens < 1) {
     return InvalidArgumentError("%.*s: %lld must be >= 1", mf, max_tokens_field.data(),

@@ -23,6 +23,8 @@ struct ServedModel {
   const Tokenizer* tokenizer = nullptr;
   std::vector<std::string> names;  // served model names; names[0] is the one reported
   int64_t max_model_len = 0;       // prompt + output tokens at most (EngineLayout)
+  // The output budget of a request that sets none (chat, Responses); 0: what the context leaves.
+  int64_t default_max_tokens = 0;
   int32_t vocab_size = 0;
   int32_t think_close_id = -1;  // "</think>", or -1 when the tokenizer lacks it
   int64_t created = 0;          // Unix seconds of start-up (/v1/models)

@@ -416,32 +416,41 @@ struct HttpServer::Impl {
     });
     // Bodies for the errors httplib answers itself (unknown route 404, body too large 413,
     // unreadable request 400), in the API's shape; responses with a body are ours already.
-    server.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& req, httplib::Response& res) {
-          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-          const bool anthropic = IsAnthropic(req);
-          if (res.status == 404) {
-            SendError(anthropic,
-                      {404, RequestErrorType::kNotFound,
-                       StrFormat("no route %s %s", req.method.c_str(), req.path.c_str())},
-                      res);
-          } else if (res.status == 413) {
-            SendError(anthropic,
-                      {413, RequestErrorType::kTooLarge,
-                       StrFormat("request body: larger than --max-request-bytes %zu",
-                                 options.max_request_bytes)},
-                      res);
-          } else {
-            const int status = res.status;
-            SendError(
-                anthropic,
-                {status,
-                 status >= 500 ? RequestErrorType::kInternal : RequestErrorType::kInvalidRequest,
-                 StrFormat("request: HTTP %d", status)},
-                res);
-          }
-          return httplib::Server::HandlerResponse::Handled;
-        }));
+    server.set_error_handler(httplib::Server::HandlerWithResponse([this](
+                                                                      const httplib::Request& req,
+                                                                      httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      const bool anthropic = IsAnthropic(req);
+      if (res.status == 404) {
+        SendError(anthropic,
+                  {404, RequestErrorType::kNotFound,
+                   StrFormat("no route %s %s", req.method.c_str(), req.path.c_str())},
+                  res);
+      } else if (res.status == 413 && req.get_header_value("Content-Type")
+                                              .rfind("application/x-www-form-urlencoded", 0) == 0) {
+        // cpp-httplib caps form bodies (curl -d sends that type) at 8192 bytes itself.
+        SendError(anthropic,
+                  {413, RequestErrorType::kTooLarge,
+                   "request body: Content-Type application/x-www-form-urlencoded (what curl "
+                   "-d sends) is limited to 8192 bytes here; send Content-Type: "
+                   "application/json"},
+                  res);
+      } else if (res.status == 413) {
+        SendError(anthropic,
+                  {413, RequestErrorType::kTooLarge,
+                   StrFormat("request body: larger than --max-request-bytes %zu",
+                             options.max_request_bytes)},
+                  res);
+      } else {
+        const int status = res.status;
+        SendError(anthropic,
+                  {status,
+                   status >= 500 ? RequestErrorType::kInternal : RequestErrorType::kInvalidRequest,
+                   StrFormat("request: HTTP %d", status)},
+                  res);
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }));
     server.set_exception_handler(
         [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
           SendError(IsAnthropic(req), {500, RequestErrorType::kInternal, "internal error"}, res);

@@ -3,9 +3,25 @@
 #include <chrono>
 #include <thread>
 
-#include "text/tokenizer.h"
+#include "base/json.h"
+#include "base/log.h"
 
 namespace dsv41 {
+
+ScriptedBackend::ScriptedBackend(std::vector<Token> script, uint32_t num_blocks)
+    : num_blocks_(num_blocks) {
+  scripts_.push_back(Script{{}, std::move(script)});
+}
+
+ScriptedBackend::ScriptedBackend(std::vector<Reply> replies, const Tokenizer& tokenizer,
+                                 std::string source, uint32_t num_blocks)
+    : tokenizer_(&tokenizer), source_(std::move(source)), num_blocks_(num_blocks) {
+  for (Reply& reply : replies) {
+    Script script{std::move(reply.when_prompt_contains), {}};
+    for (int32_t id : reply.token_ids) script.tokens.push_back(Token{id, {}});
+    scripts_.push_back(std::move(script));
+  }
+}
 
 std::vector<ScriptedBackend::Token> ScriptedBackend::ByteTokens(std::string_view text) {
   std::vector<Token> tokens;
@@ -20,12 +36,79 @@ std::vector<ScriptedBackend::Token> ScriptedBackend::ByteTokens(std::string_view
   return tokens;
 }
 
+Result<std::vector<ScriptedBackend::Reply>> ScriptedBackend::LoadReplies(
+    const std::string& path, const Tokenizer& tokenizer) {
+  DSV41_ASSIGN_OR_RETURN(Json root, ReadJsonFile(path));
+  const auto replies = root.find("replies");
+  if (!root.is_object() || replies == root.end() || !replies->is_array() || replies->empty()) {
+    return InvalidArgumentError("%s: want {\"replies\": [...]} with at least one reply",
+                                path.c_str());
+  }
+  std::vector<Reply> out;
+  for (size_t i = 0; i < replies->size(); ++i) {
+    const Json& r = (*replies)[i];
+    const auto text = r.is_object() ? r.find("text") : r.end();
+    if (!r.is_object() || text == r.end() || !text->is_string() ||
+        text->get_ref<const std::string&>().empty()) {
+      return InvalidArgumentError("%s: replies[%zu].text: want a non-empty string", path.c_str(),
+                                  i);
+    }
+    Reply reply;
+    if (const auto when = r.find("when_prompt_contains"); when != r.end()) {
+      if (!when->is_array()) {
+        return InvalidArgumentError("%s: replies[%zu].when_prompt_contains: want an array",
+                                    path.c_str(), i);
+      }
+      for (size_t k = 0; k < when->size(); ++k) {
+        if (!(*when)[k].is_string()) {
+          return InvalidArgumentError("%s: replies[%zu].when_prompt_contains[%zu]: want a string",
+                                      path.c_str(), i, k);
+        }
+        reply.when_prompt_contains.push_back((*when)[k].get<std::string>());
+      }
+    }
+    Result<std::vector<int32_t>> ids = tokenizer.Encode(text->get_ref<const std::string&>());
+    if (!ids.ok()) {
+      return InvalidArgumentError("%s: replies[%zu].text: %s", path.c_str(), i,
+                                  ids.status().message().c_str());
+    }
+    reply.token_ids = std::move(ids).value();
+    out.push_back(std::move(reply));
+  }
+  return out;
+}
+
+Result<size_t> ScriptedBackend::Choose(const std::vector<int32_t>& prompt_ids) const {
+  if (tokenizer_ == nullptr) return 0;
+  const std::string prompt =
+      tokenizer_->Decode(prompt_ids, DecodeOptions{.skip_special_tokens = false});
+  for (size_t i = 0; i < scripts_.size(); ++i) {
+    bool matches = true;
+    for (const std::string& s : scripts_[i].when_prompt_contains) {
+      matches = matches && prompt.find(s) != std::string::npos;
+    }
+    if (matches) return i;
+  }
+  return InvalidArgumentError("the prompt (%zu tokens) matches no reply of %s", prompt_ids.size(),
+                              source_.c_str());
+}
+
 Result<uint64_t> ScriptedBackend::AddRequest(std::vector<int32_t> prompt_ids,
                                              const SamplingParams& params,
                                              const AddRequestOptions&) {
   if (prompt_ids.empty()) return InvalidArgumentError("the prompt has no tokens");
+  DSV41_ASSIGN_OR_RETURN(const size_t reply, Choose(prompt_ids));
   const uint64_t id = next_id_++;
-  live_[id] = Live{static_cast<int32_t>(prompt_ids.size()), params.max_tokens, 0};
+  Live& live = live_[id];
+  live.script = &scripts_[reply];
+  if (tokenizer_ != nullptr) {
+    DSV41_LOG_INFO("request %llu: %zu prompt tokens; scripted reply %zu of %s",
+                   static_cast<unsigned long long>(id), prompt_ids.size(), reply, source_.c_str());
+    live.detokenizer = std::make_unique<StreamingDetokenizer>(
+        *tokenizer_, DecodeOptions{.skip_special_tokens = params.skip_special_tokens});
+  }
+  live.num_prompt_tokens = static_cast<int32_t>(prompt_ids.size());
+  live.max_tokens = params.max_tokens;
   prompt_tokens_ += prompt_ids.size();
   last_prompt_ = std::move(prompt_ids);
   last_params_ = params;
@@ -65,21 +148,24 @@ Result<std::vector<RequestOutput>> ScriptedBackend::Step() {
   }
   for (auto it = live_.begin(); it != live_.end();) {
     Live& r = it->second;
+    const std::vector<Token>& tokens = r.script->tokens;
     RequestOutput out;
     out.request_id = it->first;
     out.num_prompt_tokens = r.num_prompt_tokens;
-    if (r.pos < script_.size()) {
-      out.new_token_ids.push_back(script_[r.pos].id);
-      out.text = script_[r.pos].text;
+    if (r.pos < tokens.size()) {
+      const Token& token = tokens[r.pos];
+      out.new_token_ids.push_back(token.id);
+      out.text = r.detokenizer ? r.detokenizer->Push(token.id) : token.text;
       ++r.pos;
       ++generated_;
     }
-    if (r.pos == script_.size()) {
+    if (r.pos == tokens.size()) {
       out.finish = FinishReason::kStop;
     } else if (static_cast<int32_t>(r.pos) >= r.max_tokens) {
       out.finish = FinishReason::kLength;
     }
     const bool done = out.finish != FinishReason::kNone;
+    if (done && r.detokenizer) out.text += r.detokenizer->Finish();
     outputs.push_back(std::move(out));
     if (done) {
       it = live_.erase(it);

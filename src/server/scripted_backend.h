@@ -1,19 +1,23 @@
 #pragma once
 
-// A test double of the engine's output for the server tests and the request fuzzer: every request
-// generates the same scripted tokens, one per step, with the text the engine would stream for
-// them, then finishes (EOS, or kLength at max_tokens). It can hold every request (no output)
-// to fill the queue or keep a stream open, and counts aborts. Engine thread only, except
-// set_hold and the counters, which are thread-safe.
+// A stand-in for the engine's output: every request generates scripted tokens, one per step, with
+// the text the engine would stream for them, then finishes (EOS, or kLength at max_tokens). Two
+// uses: the server tests and the request fuzzer (one script for every request, or a hold that
+// keeps streams open and fills the queue), and `dsv41 serve --scripted-replies FILE`, which
+// answers by rules on the prompt so a client (a coding agent) can be driven through a scripted
+// tool-using session on the real HTTP, chat-format and output-parser path. Engine thread only,
+// except set_hold and the counters, which are thread-safe.
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "server/generation_backend.h"
+#include "text/tokenizer.h"
 
 namespace dsv41 {
 
@@ -24,13 +28,29 @@ class ScriptedBackend final : public GenerationBackend {
     std::string text;  // what the engine streams for it (whole UTF-8 characters)
   };
 
+  // The reply to a prompt whose text (special tokens included) contains every string of
+  // `when_prompt_contains`; replies are tried in order, so an empty list is the fallback.
+  struct Reply {
+    std::vector<std::string> when_prompt_contains;
+    std::vector<int32_t> token_ids;
+  };
+
   // stats().total_blocks = num_blocks; each live request holds one block.
-  explicit ScriptedBackend(std::vector<Token> script, uint32_t num_blocks = 64)
-      : script_(std::move(script)), num_blocks_(num_blocks) {}
+  explicit ScriptedBackend(std::vector<Token> script, uint32_t num_blocks = 64);
+  // Replies chosen by the prompt, streamed through `tokenizer`'s detokenizer as the engine streams
+  // (honouring skip_special_tokens). A prompt no reply matches is an InvalidArgument naming
+  // `source`. Every choice is logged (info). The tokenizer must outlive the backend.
+  ScriptedBackend(std::vector<Reply> replies, const Tokenizer& tokenizer, std::string source,
+                  uint32_t num_blocks = 64);
 
   // Every script byte its own token (id = the byte); the text of a token is the characters it
   // completes, as the engine's streaming detokenizer releases them.
   static std::vector<Token> ByteTokens(std::string_view text);
+  // Reads a replies file, {"replies": [{"when_prompt_contains": ["..."], "text": "..."}, ...]},
+  // encoding each text with `tokenizer` (added-token literals such as </think> and ｜DSML｜
+  // matched). Errors name the file and the field.
+  static Result<std::vector<Reply>> LoadReplies(const std::string& path,
+                                                const Tokenizer& tokenizer);
 
   void set_hold(bool hold) { hold_.store(hold); }
   // The next step fails as a whole (a fault of the engine, not of a request).
@@ -52,13 +72,24 @@ class ScriptedBackend final : public GenerationBackend {
   EngineStats stats() const override;
 
  private:
+  struct Script {
+    std::vector<std::string> when_prompt_contains;
+    std::vector<Token> tokens;  // texts empty when a detokenizer streams them
+  };
   struct Live {
+    const Script* script = nullptr;
+    std::unique_ptr<StreamingDetokenizer> detokenizer;  // null: the tokens' own texts
     int32_t num_prompt_tokens = 0;
     int32_t max_tokens = 0;
     size_t pos = 0;
   };
 
-  const std::vector<Token> script_;
+  // The index of the first script whose strings the prompt contains, or an error naming source_.
+  Result<size_t> Choose(const std::vector<int32_t>& prompt_ids) const;
+
+  std::vector<Script> scripts_;
+  const Tokenizer* tokenizer_ = nullptr;  // set: scripts chosen by rule, streamed by detokenizer
+  std::string source_;
   const uint32_t num_blocks_;
   std::atomic<bool> hold_{false};
   std::atomic<int64_t> step_delay_us_{0};

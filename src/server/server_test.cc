@@ -156,7 +156,11 @@ class ServerTest : public ::testing::Test {
 
   void Start(std::vector<ScriptedBackend::Token> script, HttpServerOptions options = {},
              int32_t max_live = 8, bool ready = true) {
-    backend_ = std::make_unique<ScriptedBackend>(std::move(script));
+    Start(std::make_unique<ScriptedBackend>(std::move(script)), options, max_live, ready);
+  }
+  void Start(std::unique_ptr<ScriptedBackend> backend, HttpServerOptions options = {},
+             int32_t max_live = 8, bool ready = true) {
+    backend_ = std::move(backend);
     loop_ = std::make_unique<EngineLoop>(*backend_, metrics_,
                                          EngineLoopOptions{.max_live_requests = max_live});
     loop_->Start();
@@ -395,6 +399,85 @@ TEST_F(ServerTest, ChatModeHasNoReasoningAndCompletionsReturnRawText) {
   EXPECT_EQ(backend_->last_params().max_tokens, 100);
 }
 
+// A request that sets no output budget gets --default-max-tokens (capped by what the context
+// leaves); one that sets it keeps its own.
+TEST_F(ServerTest, RequestsWithoutABudgetGetTheDefaultMaxTokens) {
+  Start(ScriptedBackend::ByteTokens("ok"));
+  ASSERT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
+  const int64_t context_left = 4096 - static_cast<int64_t>(backend_->last_prompt().size());
+  EXPECT_EQ(backend_->last_params().max_tokens, context_left);
+  served_.default_max_tokens = 50;
+  server_->SetReady(served_, *loop_);
+  ASSERT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
+  EXPECT_EQ(backend_->last_params().max_tokens, 50);
+  ASSERT_EQ(Post("/v1/responses", R"({"model": "tiny", "input": "Hi"})").status, 200);
+  EXPECT_EQ(backend_->last_params().max_tokens, 50);
+  ASSERT_EQ(Post("/v1/chat/completions", WithMembers(kChatBody, R"("max_tokens": 200)")).status,
+            200);
+  EXPECT_EQ(backend_->last_params().max_tokens, 200);
+  served_.default_max_tokens = 100000;
+  server_->SetReady(served_, *loop_);
+  ASSERT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
+  EXPECT_EQ(backend_->last_params().max_tokens, context_left);
+}
+
+// `serve --scripted-replies`: the reply is chosen by what the prompt contains (the first rule
+// that matches), encoded by the tokenizer and streamed through the engine's detokenizer, so the
+// output parser sees reasoning, text and a tool call; a prompt no rule matches is a 400 naming
+// the file, and a malformed file an error naming the field.
+TEST_F(ServerTest, ScriptedRepliesAreChosenByWhatThePromptContains) {
+  const std::string path = ::testing::TempDir() + "/scripted_replies.json";
+  const auto write = [&](const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  write(
+      R"({"replies": [{"when_prompt_contains": ["get_weather", "sunny"], "text": "Done.</think>It is sunny."},
+                        {"when_prompt_contains": ["get_weather"], "text": )" +
+      FormatJsonString(kScript) + "}]}");
+  Result<std::vector<ScriptedBackend::Reply>> replies =
+      ScriptedBackend::LoadReplies(path, *tokenizer_);
+  ASSERT_TRUE(replies.ok()) << replies.status().ToString();
+  ASSERT_EQ(replies->size(), 2u);
+  EXPECT_LT(replies->at(1).token_ids.size(), kScript.size()) << "encoded, not one id per byte";
+  Start(std::make_unique<ScriptedBackend>(std::move(replies).value(), *tokenizer_, path));
+
+  const JsonValue first = Parse(Post("/v1/chat/completions", kChatBody).body);
+  EXPECT_EQ(JsonText(first, "choices.0.message.reasoning_content"), kReasoning);
+  EXPECT_EQ(JsonText(first, "choices.0.message.content"), kContent);
+  EXPECT_EQ(JsonText(first, "choices.0.message.tool_calls.0.function.arguments"), kArguments);
+  const std::string with_result = R"({"model": "tiny", "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21 C"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+        {"type": "object", "properties": {"city": {"type": "string"}}}}}]})";
+  const JsonValue second = Parse(Post("/v1/chat/completions", with_result).body);
+  EXPECT_EQ(JsonText(second, "choices.0.message.content"), "It is sunny.");
+  EXPECT_EQ(JsonText(second, "choices.0.finish_reason"), "stop");
+
+  const HttpResponse unmatched =
+      Post("/v1/chat/completions",
+           R"({"model": "tiny", "messages": [{"role": "user", "content": "no tools here"}]})");
+  EXPECT_EQ(unmatched.status, 400) << unmatched.body;
+  EXPECT_NE(unmatched.body.find("matches no reply of " + path), std::string::npos)
+      << unmatched.body;
+
+  write(R"({"replies": [{"when_prompt_contains": "x", "text": "y"}]})");
+  Result<std::vector<ScriptedBackend::Reply>> bad = ScriptedBackend::LoadReplies(path, *tokenizer_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("replies[0].when_prompt_contains"), std::string::npos)
+      << bad.status().ToString();
+  write(R"({"replies": [{"text": "y"}, {"text": 3}]})");
+  bad = ScriptedBackend::LoadReplies(path, *tokenizer_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("replies[1].text"), std::string::npos)
+      << bad.status().ToString();
+}
+
 TEST_F(ServerTest, SamplingFieldsReachTheEngine) {
   Start(ScriptedBackend::ByteTokens("x"));
   const HttpResponse r =
@@ -578,6 +661,30 @@ INSTANTIATE_TEST_SUITE_P(
                    400, "background"},
         BadRequest{"UnknownRoute", "/v1/nothing", "{}", 404, "/v1/nothing"}),
     [](const ::testing::TestParamInfo<BadRequest>& info) { return info.param.name; });
+
+// `curl -d` sends Content-Type application/x-www-form-urlencoded: a small body is read as JSON
+// all the same; a large one (cpp-httplib caps form bodies at 8192 bytes) gets a 413 that says
+// which header to send instead of blaming --max-request-bytes.
+TEST_F(ServerTest, FormEncodedBodiesAreJsonAndALargeOneSaysToSendJson) {
+  HttpServerOptions options;
+  options.max_request_bytes = 1 << 20;
+  Start(ScriptedBackend::ByteTokens("ok"), options);
+  const std::string form = "application/x-www-form-urlencoded";
+  Result<HttpResponse> small = client_->Post("/v1/chat/completions", kChatBody, {}, form);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->status, 200) << small->body;
+  const std::string large =
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"" + Repeat("a", 9000) + "\"}]}";
+  Result<HttpResponse> refused = client_->Post("/v1/chat/completions", large, {}, form);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->status, 413);
+  EXPECT_NE(refused->body.find("Content-Type: application/json"), std::string::npos)
+      << refused->body;
+  // As JSON the same body is read (and refused only for the context it needs).
+  const HttpResponse as_json = Post("/v1/chat/completions", large);
+  EXPECT_EQ(as_json.status, 400) << as_json.body;
+  EXPECT_NE(as_json.body.find("the context holds"), std::string::npos) << as_json.body;
+}
 
 TEST_F(ServerTest, ApiKeyGuardsEveryEndpointButHealth) {
   HttpServerOptions options;
