@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -479,6 +481,80 @@ TEST_F(ServeE2eTest, SigtermWithAStreamInFlightAbortsItAndExitsZero) {
       << received.substr(received.size() > 2000 ? received.size() - 2000 : 0);
   EXPECT_NE(received.find("data: [DONE]"), std::string::npos);
   EXPECT_NE(server_->log().find("dsv41 serve: stopped"), std::string::npos);
+}
+
+// A prefill of >= 30k tokens streamed over HTTP (issue: coding agents' first prompts): the first
+// event (message_start, with the prompt's size) comes at once, pings keep coming while the prompt
+// is computed, and a client that hangs up mid-prefill has its request aborted and its blocks freed
+// long before the prefill would have ended.
+TEST_F(ServeE2eTest, LongPrefillStreamsFromTheFirstSecondAndAHangUpFreesItsBlocks) {
+  const int prompt_words = kSanitized ? 2000 : 16000;  // "w3 " is two tokens or more
+  Serve({"--max-num-batched-tokens", kSanitized ? "128" : "1024"});
+  std::string text;
+  for (int i = 0; i < prompt_words; ++i) {
+    text += 'w';
+    text += std::to_string(i % 97);
+    text += ' ';
+  }
+  const std::string body = R"({"model": "tiny", "max_tokens": 8, "stream": true, "messages":
+      [{"role": "user", "content": ")" +
+                           text + R"("}]})";
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point sent = Clock::now();
+  double first_event_s = -1;
+  int64_t prompt_tokens = -1;
+  int pings = 0;
+  std::vector<double> ping_times;
+  SseReader reader;
+  HttpClient client = Client();
+  Result<HttpResponse> r = client.PostStreaming("/v1/messages", body, {}, [&](std::string_view p) {
+    reader.Push(p);
+    for (const SseMessage& e : reader.Take()) {
+      const double t = std::chrono::duration<double>(Clock::now() - sent).count();
+      if (first_event_s < 0) first_event_s = t;
+      if (e.event == "message_start") {
+        prompt_tokens = JsonInteger(Parse(e.data), "message.usage.input_tokens").value_or(-1);
+      }
+      if (e.event == "ping") {
+        ++pings;
+        ping_times.push_back(t);
+      }
+      EXPECT_NE(e.event, "content_block_delta") << "the prefill ended before the hang-up";
+    }
+    return pings < 3;  // hang up during the prefill
+  });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->cancelled);
+  EXPECT_GE(prompt_tokens, kSanitized ? 4000 : 30000);
+  EXPECT_GE(first_event_s, 0);
+  EXPECT_LT(first_event_s, 1.0) << "message_start must not wait for the prefill";
+  ASSERT_EQ(pings, 3);
+  for (size_t i = 1; i < ping_times.size(); ++i) {
+    EXPECT_LT(ping_times[i] - ping_times[i - 1], 5.0) << "pings every few seconds";
+  }
+  // The abort frees the blocks after the step in flight; the prompt was not computed to its end.
+  const std::string idle = IdleMetrics();
+  EXPECT_EQ(Metric(idle, "dsv41_kv_blocks_used"), 0) << idle;
+  EXPECT_LT(Metric(idle, "dsv41_prompt_tokens_computed_total"), prompt_tokens) << idle;
+}
+
+// A second server on a port in use exits 1 naming the address; the first keeps serving.
+TEST_F(ServeE2eTest, ASecondServerOnAPortInUseExitsOneAndTheFirstKeepsServing) {
+  Serve();
+  const std::string port = std::to_string(server_->port());
+  const std::string log = *dir_ + "/port_in_use.log";
+  const std::string command = std::string(DSV41_BINARY) + " serve " + *dir_ + " --port " + port +
+                              " --served-model-name tiny 2> " + log;
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  std::ifstream in(log);
+  const std::string message((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(message.find("address already in use"), std::string::npos) << message;
+  EXPECT_NE(message.find("127.0.0.1:" + port), std::string::npos) << message;
+  const JsonValue reply =
+      PostOk("/v1/completions", R"({"prompt": "go", "max_tokens": 3, "ignore_eos": true})");
+  EXPECT_EQ(JsonText(reply, "object"), "text_completion");
 }
 
 }  // namespace
