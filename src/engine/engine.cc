@@ -164,7 +164,8 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
   }
   DSV41_RETURN_IF_ERROR(r->history.Append(prompt_ids, classes));
   r->detokenizer = std::make_unique<StreamingDetokenizer>(
-      *model_.tokenizer, DecodeOptions{.skip_special_tokens = params.skip_special_tokens});
+      *model_.tokenizer, DecodeOptions{.skip_special_tokens = params.skip_special_tokens,
+                                       .keep_chat_markers = params.keep_chat_markers});
   r->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
   r->detokenizer->Reserve(max_token_text_bytes_);
   r->stop_matcher->Reserve(max_token_text_bytes_);

@@ -28,6 +28,9 @@ struct SamplingParams {
   // true; the engine keeps them by default because the chat output parser needs </think> and
   // ｜DSML｜ (tokenizer-and-chat.md §4). Stop strings match the text as streamed.
   bool skip_special_tokens = false;
+  // With skip_special_tokens, keep those chat markers (DecodeOptions::keep_chat_markers): what
+  // the chat endpoints ask for.
+  bool keep_chat_markers = false;
 };
 
 // Temperatures at or below this sample greedily (argmax), as vLLM's _SAMPLING_EPS.

@@ -504,6 +504,8 @@ Result<GenerationRequest> ParseMessagesRequest(const JsonValue& body, const Serv
   GenerationRequest r;
   r.api = Api::kMessages;
   r.parse_chat = true;
+  r.submission.params.skip_special_tokens = true;
+  r.submission.params.keep_chat_markers = true;
   DSV41_ASSIGN_OR_RETURN(std::optional<std::string> name, StringField(body, "model"));
   r.model = name.value_or("");
   DSV41_ASSIGN_OR_RETURN(std::optional<bool> stream, BoolField(body, "stream"));

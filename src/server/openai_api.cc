@@ -499,6 +499,8 @@ Result<GenerationRequest> ParseChatBody(const JsonValue& body, const ServedModel
   GenerationRequest r;
   r.api = Api::kChatCompletions;
   r.parse_chat = true;
+  r.submission.params.skip_special_tokens = true;
+  r.submission.params.keep_chat_markers = true;
   DSV41_RETURN_IF_ERROR(ReadCommonFields(body, r));
   DSV41_RETURN_IF_ERROR(CheckToolPlacement(body));
   DSV41_RETURN_IF_ERROR(CheckToolChoice(body));

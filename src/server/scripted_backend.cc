@@ -105,7 +105,8 @@ Result<uint64_t> ScriptedBackend::AddRequest(std::vector<int32_t> prompt_ids,
     DSV41_LOG_INFO("request %llu: %zu prompt tokens; scripted reply %zu of %s",
                    static_cast<unsigned long long>(id), prompt_ids.size(), reply, source_.c_str());
     live.detokenizer = std::make_unique<StreamingDetokenizer>(
-        *tokenizer_, DecodeOptions{.skip_special_tokens = params.skip_special_tokens});
+        *tokenizer_, DecodeOptions{.skip_special_tokens = params.skip_special_tokens,
+                                   .keep_chat_markers = params.keep_chat_markers});
   }
   live.num_prompt_tokens = static_cast<int32_t>(prompt_ids.size());
   live.max_tokens = params.max_tokens;

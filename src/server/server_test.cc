@@ -434,7 +434,7 @@ TEST_F(ServerTest, ScriptedRepliesAreChosenByWhatThePromptContains) {
     std::fclose(f);
   };
   write(
-      R"({"replies": [{"when_prompt_contains": ["get_weather", "sunny"], "text": "Done.</think>It is sunny."},
+      R"({"replies": [{"when_prompt_contains": ["get_weather", "sunny"], "text": "Done.</think>It is<｜deepseek_image｜> sunny."},
                         {"when_prompt_contains": ["get_weather"], "text": )" +
       FormatJsonString(kScript) + "}]}");
   Result<std::vector<ScriptedBackend::Reply>> replies =
@@ -456,7 +456,8 @@ TEST_F(ServerTest, ScriptedRepliesAreChosenByWhatThePromptContains) {
       "tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
         {"type": "object", "properties": {"city": {"type": "string"}}}}}]})";
   const JsonValue second = Parse(Post("/v1/chat/completions", with_result).body);
-  EXPECT_EQ(JsonText(second, "choices.0.message.content"), "It is sunny.");
+  EXPECT_EQ(JsonText(second, "choices.0.message.content"), "It is sunny.")
+      << "a sampled special token other than the chat markers is not part of the text";
   EXPECT_EQ(JsonText(second, "choices.0.finish_reason"), "stop");
 
   const HttpResponse unmatched =
@@ -498,7 +499,8 @@ TEST_F(ServerTest, SamplingFieldsReachTheEngine) {
   EXPECT_EQ(p.max_tokens, 33);
   EXPECT_EQ(p.logprobs, 3);
   EXPECT_TRUE(p.stop.empty()) << "chat stop strings are matched on content by the server";
-  EXPECT_FALSE(p.skip_special_tokens) << "the output parser needs </think> and ｜DSML｜";
+  EXPECT_TRUE(p.skip_special_tokens && p.keep_chat_markers)
+      << "the output parser needs </think> and ｜DSML｜, and nothing else special";
 }
 
 struct BadRequest {

@@ -26,6 +26,12 @@ constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 // gigabytes.
 constexpr int64_t kMaxTokenId = (int64_t{1} << 21) - 1;
 
+// Impl::special value of the special tokens DecodeOptions::keep_chat_markers keeps.
+constexpr uint8_t kChatMarker = 2;
+bool IsChatMarker(std::string_view content) {
+  return content == kThinkOpen || content == kThinkClose || content == kDsml || content == kEos;
+}
+
 // ---------------------------------------------------------------------------------------------
 // UTF-8 helpers.
 
@@ -418,7 +424,7 @@ struct Tokenizer::Impl {
   std::string bytes_arena;            // every token's raw bytes, concatenated by id
   std::vector<size_t> bytes_offsets;  // [vocab_size + 1] offsets into bytes_arena
   std::vector<uint8_t> added;         // 1 for added tokens
-  std::vector<uint8_t> special;       // 1 for special added tokens
+  std::vector<uint8_t> special;       // 1 for special added tokens, kChatMarker for chat markers
   std::unordered_map<std::string_view, int32_t, StringHash> vocab;  // BPE strings
   // Only filled when ignore_merges is set.
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab_by_bytes;
@@ -608,7 +614,7 @@ Status Tokenizer::Impl::ParseAddedTokens(const Json& added_tokens) {
       special.resize(id + 1, 0);
     }
     added[id] = 1;
-    special[id] = is_special ? 1 : 0;
+    special[id] = !is_special ? 0 : IsChatMarker(content) ? kChatMarker : 1;
     added_ids[content] = id;
     (normalized ? normalized_added : raw_added).Insert(content, id);
   }
@@ -890,7 +896,7 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, const DecodeOptions&
   std::string bytes;
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab_size()) continue;
-    if (options.skip_special_tokens && impl_->special[id]) continue;
+    if (Skips(id, options)) continue;
     bytes += TokenBytes(id);
   }
   std::string text;
@@ -922,6 +928,11 @@ bool Tokenizer::IsSpecial(int32_t id) const {
   return id >= 0 && id < vocab_size() && impl_->special[id] != 0;
 }
 
+bool Tokenizer::Skips(int32_t id, const DecodeOptions& options) const {
+  if (!options.skip_special_tokens || !IsSpecial(id)) return false;
+  return !(options.keep_chat_markers && impl_->special[id] == kChatMarker);
+}
+
 bool Tokenizer::IsAdded(int32_t id) const {
   return id >= 0 && id < vocab_size() && impl_->added[id] != 0;
 }
@@ -942,7 +953,7 @@ std::string StreamingDetokenizer::Push(int32_t id) {
 }
 
 void StreamingDetokenizer::Push(int32_t id, std::string& text) {
-  if (options_.skip_special_tokens && tokenizer_->IsSpecial(id)) return;
+  if (tokenizer_->Skips(id, options_)) return;
   pending_bytes_ += tokenizer_->TokenBytes(id);
   const size_t consumed = AppendUtf8Lossy(pending_bytes_, /*final=*/false, &text);
   pending_bytes_.erase(0, consumed);

@@ -24,8 +24,12 @@ struct EncodeOptions {
 };
 
 struct DecodeOptions {
-  // Drop added tokens marked `special` (BOS, EOS, pad, ...). The output parser needs them kept.
+  // Drop added tokens marked `special` (BOS, EOS, pad, ...).
   bool skip_special_tokens = false;
+  // With skip_special_tokens: still keep the special tokens the chat output parser reads
+  // (<think>, </think>, ｜DSML｜, EOS). Any other special token a model samples (an image
+  // placeholder, <｜User｜>) is dropped, so no reply carries text a later turn could not send back.
+  bool keep_chat_markers = false;
 };
 
 // Appends the UTF-8 decoding of `bytes` to `out`, replacing every maximal ill-formed subsequence by
@@ -72,6 +76,8 @@ class Tokenizer {
   std::optional<int32_t> IdOf(std::string_view token) const;
   // True for added tokens marked `special`.
   bool IsSpecial(int32_t id) const;
+  // True when decoding with `options` leaves token `id` out of the text.
+  bool Skips(int32_t id, const DecodeOptions& options) const;
   // True for any added token.
   bool IsAdded(int32_t id) const;
   // Number of ids including added tokens: 1 + the largest id.

@@ -197,6 +197,24 @@ TEST(TokenizerTest, DecodeCanSkipSpecialTokens) {
   EXPECT_EQ(Tiny().Decode(*ids), "<｜begin▁of▁sentence｜>hi<think><｜end▁of▁sentence｜>");
 }
 
+TEST(TokenizerTest, KeepingChatMarkersDropsOtherSpecialTokensOnly) {
+  // A random model can sample the image placeholder; a reply carrying it could not be sent back.
+  auto ids = Tiny().Encode(
+      "<｜begin▁of▁sentence｜>hi</think><｜deepseek_image｜><｜User｜>ok<｜end▁of▁sentence｜>");
+  ASSERT_TRUE(ids.ok());
+  const DecodeOptions chat{.skip_special_tokens = true, .keep_chat_markers = true};
+  const std::string want = "hi</think>ok<｜end▁of▁sentence｜>";
+  EXPECT_EQ(Tiny().Decode(*ids, chat), want);
+  StreamingDetokenizer stream(Tiny(), chat);
+  std::string streamed;
+  for (const int32_t id : *ids) streamed += stream.Push(id);
+  EXPECT_EQ(streamed + stream.Finish(), want);
+  EXPECT_EQ(
+      Tiny().Decode(*ids, DecodeOptions{.keep_chat_markers = true}),
+      "<｜begin▁of▁sentence｜>hi</think><｜deepseek_image｜><｜User｜>ok<｜end▁of▁sentence｜>")
+      << "keep_chat_markers alone skips nothing";
+}
+
 TEST(TokenizerTest, InvalidUtf8InputIsAnError) {
   auto ids = Tiny().Encode("ab\xC3(");
   ASSERT_FALSE(ids.ok());
