@@ -7,10 +7,10 @@
 
 #include "base/check.h"
 #include "base/json.h"
-#include "model/cache_plan.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
-#include "model/tensor_inventory.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
+#include "config/tensor_inventory.h"
+#include "kv/cache_plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -23,11 +23,11 @@
 #include "engine/loaded_model.h"
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
+#include "kv/cache_plan.h"
+#include "kv/kv_layout.h"
 #include "model/batch.h"
-#include "model/cache_plan.h"
 #include "model/dspark.h"
 #include "model/forward.h"
-#include "model/kv_layout.h"
 #include "tiny/tiny_checkpoint.h"
 #include "tiny/tiny_presets.h"
 

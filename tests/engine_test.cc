@@ -23,7 +23,7 @@
 #include "engine/loaded_model.h"
 #include "engine_runner.h"
 #include "engram/row_ids.h"
-#include "model/kv_layout.h"
+#include "kv/kv_layout.h"
 #include "tiny/tiny_checkpoint.h"
 #include "tiny/tiny_presets.h"
 

@@ -24,8 +24,8 @@
 #include "base/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
+#include "engram/engram_store.h"
 #include "engram/row_ids.h"
-#include "model/engram_store.h"
 #include "tiny/tiny_checkpoint.h"
 #include "tiny/tiny_presets.h"
 
@@ -125,8 +125,8 @@ class EngramOffloadTest : public ::testing::Test {
   }
 
   static std::unique_ptr<EngramStorage> Open(const EngramStoreOptions& options) {
-    Result<std::unique_ptr<EngramStorage>> s =
-        EngramStorage::Open(*model_->weights, options, *pool_);
+    Result<std::unique_ptr<EngramStorage>> s = EngramStorage::Open(
+        model_->weights->checkpoint(), model_->weights->plan(), options, *pool_);
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     return s.ok() ? std::move(s).value() : nullptr;
   }
@@ -260,8 +260,8 @@ TEST_F(EngramOffloadTest, EveryTierReturnsTheResidentBytes) {
   };
   for (const auto& [name, options] : tiers) {
     SCOPED_TRACE(name);
-    Result<std::unique_ptr<EngramStorage>> store =
-        EngramStorage::Open(*model_->weights, options, *pool_);
+    Result<std::unique_ptr<EngramStorage>> store = EngramStorage::Open(
+        model_->weights->checkpoint(), model_->weights->plan(), options, *pool_);
     if (!store.ok() && options.direct_io) {
       GTEST_LOG_(INFO) << "O_DIRECT not supported here: " << store.status().ToString();
       continue;

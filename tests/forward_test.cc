@@ -21,7 +21,7 @@
 #include "engram/hash_constants.h"
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
-#include "model/kv_layout.h"
+#include "kv/kv_layout.h"
 #include "model/weights.h"
 #include "text/tokenizer.h"
 #include "tiny/tiny_checkpoint.h"

@@ -29,8 +29,8 @@
 #include "engram/token_map.h"
 #include "golden_cases.h"
 #include "kernels/linear.h"
+#include "kv/kv_layout.h"
 #include "model/forward.h"
-#include "model/kv_layout.h"
 #include "model/weights.h"
 
 namespace dsv41 {

@@ -18,8 +18,9 @@ const std::filesystem::path kSrc = std::filesystem::path(DSV41_SOURCE_ROOT) / "s
 
 // Bottom to top, as docs/layers.md lists them.
 const std::map<std::string, int> kLayerRank = {
-    {"base", 0}, {"numerics", 1}, {"checkpoint", 2}, {"kernels", 3}, {"model", 4},   {"kv", 5},
-    {"text", 6}, {"engram", 7},   {"engine", 8},     {"tiny", 9},    {"server", 10}, {"cli", 11},
+    {"base", 0},   {"numerics", 1}, {"checkpoint", 2}, {"kernels", 3}, {"text", 4},
+    {"config", 5}, {"kv", 6},       {"engram", 7},     {"model", 8},   {"engine", 9},
+    {"tiny", 10},  {"server", 11},  {"cli", 12},
 };
 
 std::vector<std::filesystem::path> SourceFiles() {
@@ -71,7 +72,10 @@ TEST(LayeringTest, CanonicalLayersUseNumericsArith) {
       R"((std::(exp|sqrt|pow|sin|cos|tanh)\s*\()|(\b(expf|sqrtf|powf|sinf|cosf|tanhf|exp2f)\s*\())");
   for (const auto& file : SourceFiles()) {
     const std::string layer = LayerOf(file);
-    if (layer != "model" && layer != "kernels" && layer != "engram") continue;
+    if (layer != "model" && layer != "kernels" && layer != "engram" && layer != "kv" &&
+        layer != "config") {
+      continue;
+    }
     // Tests compute independent references in double with the C library, as they should.
     if (file.stem().string().ends_with("_test") || file.stem().string().ends_with("_bench")) {
       continue;

@@ -172,6 +172,20 @@ Result<TensorView> Checkpoint::Get(std::string_view name) const {
   return *std::move(view);
 }
 
+Result<TensorView> Checkpoint::GetChecked(std::string_view name, DType dtype,
+                                          const Shape& shape) const {
+  DSV41_ASSIGN_OR_RETURN(TensorView view, Get(name));
+  if (view.dtype != dtype || view.shape != shape) {
+    const std::string_view got = DTypeName(view.dtype);
+    const std::string_view want = DTypeName(dtype);
+    return InvalidArgumentError("'%.*s': want %.*s %s, got %.*s %s", static_cast<int>(name.size()),
+                                name.data(), static_cast<int>(want.size()), want.data(),
+                                ShapeString(shape).c_str(), static_cast<int>(got.size()),
+                                got.data(), ShapeString(view.shape).c_str());
+  }
+  return view;
+}
+
 Result<TensorFileRange> Checkpoint::Locate(std::string_view name) const {
   const auto it = locations_.find(std::string(name));
   if (it == locations_.end()) {

@@ -54,6 +54,8 @@ class Checkpoint {
   std::optional<TensorView> Find(std::string_view name) const;
   // The tensor called `name`, or NotFound naming the directory and the tensor.
   Result<TensorView> Get(std::string_view name) const;
+  // Get, and InvalidArgument naming the tensor unless it is `dtype` of `shape`.
+  Result<TensorView> GetChecked(std::string_view name, DType dtype, const Shape& shape) const;
   // The shard file and byte range of the tensor called `name`, or NotFound as Get.
   Result<TensorFileRange> Locate(std::string_view name) const;
 

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <limits>
+#include <string>
 
 namespace dsv41 {
 namespace {
@@ -11,12 +12,22 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr std::array<DTypeInfo, 16> kDTypes = {{
-    {DType::kBool, "BOOL", 1},   {DType::kU8, "U8", 1},     {DType::kI8, "I8", 1},
-    {DType::kI16, "I16", 2},     {DType::kU16, "U16", 2},   {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2},   {DType::kI32, "I32", 4},   {DType::kU32, "U32", 4},
-    {DType::kF32, "F32", 4},     {DType::kF64, "F64", 8},   {DType::kI64, "I64", 8},
-    {DType::kU64, "U64", 8},     {DType::kF8E4M3, "F8_E4M3", 1},
-    {DType::kF8E5M2, "F8_E5M2", 1}, {DType::kF8E8M0, "F8_E8M0", 1},
+    {DType::kBool, "BOOL", 1},
+    {DType::kU8, "U8", 1},
+    {DType::kI8, "I8", 1},
+    {DType::kI16, "I16", 2},
+    {DType::kU16, "U16", 2},
+    {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2},
+    {DType::kI32, "I32", 4},
+    {DType::kU32, "U32", 4},
+    {DType::kF32, "F32", 4},
+    {DType::kF64, "F64", 8},
+    {DType::kI64, "I64", 8},
+    {DType::kU64, "U64", 8},
+    {DType::kF8E4M3, "F8_E4M3", 1},
+    {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kF8E8M0, "F8_E8M0", 1},
 }};
 }  // namespace
 
@@ -39,6 +50,15 @@ std::optional<uint64_t> NumElements(const Shape& shape) {
     n *= ud;
   }
   return n;
+}
+
+std::string ShapeString(const Shape& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
 }
 
 }  // namespace dsv41

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -11,8 +12,22 @@ namespace dsv41 {
 // Element types of safetensors tensors (checkpoint.md §3). The checkpoint uses BF16, F32, F8_E4M3,
 // F8_E8M0 and I8 (packed e2m1 pairs); the others are accepted so foreign files still parse.
 enum class DType : uint8_t {
-  kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64,
-  kF8E4M3, kF8E5M2, kF8E8M0,
+  kBool,
+  kU8,
+  kI8,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64,
+  kF8E4M3,
+  kF8E5M2,
+  kF8E8M0,
 };
 
 // Bytes per element.
@@ -23,6 +38,9 @@ std::string_view DTypeName(DType dtype);
 std::optional<DType> DTypeFromName(std::string_view name);
 
 using Shape = std::vector<int64_t>;
+
+// "[a, b, c]", for messages.
+std::string ShapeString(const Shape& shape);
 
 // Number of elements of `shape` (1 for a scalar); nullopt on overflow or a negative dimension.
 std::optional<uint64_t> NumElements(const Shape& shape);

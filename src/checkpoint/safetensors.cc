@@ -17,16 +17,6 @@ namespace {
 constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr size_t kLengthFieldBytes = 8;
 
-std::string ShapeString(const Shape& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  out += "]";
-  return out;
-}
-
 // Little-endian regardless of the host (checkpoint.md §3).
 uint64_t LoadLe64(const std::byte* p) {
   uint64_t v = 0;

@@ -10,10 +10,10 @@
 #include "base/json.h"
 #include "cli/command.h"
 #include "cli/progress_printer.h"
-#include "model/cache_plan.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
-#include "model/weight_summary.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
+#include "config/weight_summary.h"
+#include "kv/cache_plan.h"
 #include "model/weights.h"
 
 namespace dsv41 {

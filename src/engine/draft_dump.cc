@@ -4,8 +4,8 @@
 
 #include "engine/engram_prefetch.h"
 #include "engram/row_ids.h"
-#include "model/cache_plan.h"
-#include "model/kv_layout.h"
+#include "kv/cache_plan.h"
+#include "kv/kv_layout.h"
 
 namespace dsv41 {
 

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "base/check.h"
+#include "config/layer_plan.h"
 #include "engram/row_ids.h"
-#include "model/layer_plan.h"
 #include "numerics/arith.h"
 #include "numerics/codecs.h"
 

@@ -21,9 +21,9 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
+#include "kv/cache_plan.h"
 #include "kv/kv_cache_manager.h"
-#include "model/cache_plan.h"
-#include "model/kv_layout.h"
+#include "kv/kv_layout.h"
 
 namespace dsv41 {
 

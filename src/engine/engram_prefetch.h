@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engram/engram_store.h"
 #include "model/engram_fusion.h"
-#include "model/engram_store.h"
 
 namespace dsv41 {
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "base/mapped_file.h"
-#include "model/weight_summary.h"
+#include "config/weight_summary.h"
 #include "text/special_tokens.h"
 
 namespace dsv41 {
@@ -37,7 +37,8 @@ Status LoadedTextModel::OpenEngramStorage(const EngramStoreOptions& options, Thr
                                           const ProgressFn& progress) {
   if (weights->config().engram_layer_ids.empty()) return OkStatus();
   engram_storage.reset();  // a resident copy is freed before the next one is made
-  DSV41_ASSIGN_OR_RETURN(engram_storage, EngramStorage::Open(*weights, options, pool, progress));
+  DSV41_ASSIGN_OR_RETURN(engram_storage, EngramStorage::Open(weights->checkpoint(), weights->plan(),
+                                                             options, pool, progress));
   return OkStatus();
 }
 

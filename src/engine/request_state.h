@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "engine/request.h"
-#include "model/cache_plan.h"
-#include "model/kv_layout.h"
+#include "kv/cache_plan.h"
+#include "kv/kv_layout.h"
 
 namespace dsv41 {
 

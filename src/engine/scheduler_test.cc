@@ -13,10 +13,10 @@
 #include <random>
 #include <vector>
 
-#include "model/cache_plan.h"
-#include "model/config.h"
-#include "model/kv_layout.h"
-#include "model/layer_plan.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
+#include "kv/cache_plan.h"
+#include "kv/kv_layout.h"
 
 namespace dsv41 {
 namespace {

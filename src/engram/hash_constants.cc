@@ -4,8 +4,8 @@
 #include <limits>
 
 #include "base/check.h"
+#include "config/engram_primes.h"
 #include "engram/numpy_random.h"
-#include "model/engram_primes.h"
 
 namespace dsv41 {
 

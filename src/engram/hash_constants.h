@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "config/config.h"
 #include "engram/token_map.h"
-#include "model/config.h"
 
 namespace dsv41 {
 
@@ -43,7 +43,7 @@ struct EngramHashConstants {
 std::vector<int64_t> ComputeEngramMultipliers(int32_t layer_id, int32_t max_ngram_size,
                                               int64_t compressed_vocab_size);
 
-// Every Engram layer's primes, offsets (model/engram_primes.h) and multipliers, for any config.
+// Every Engram layer's primes, offsets (config/engram_primes.h) and multipliers, for any config.
 // `compressed_vocab_size` is the token map's class count and `pad_class_id` the class of
 // engram_pad_token_id. InvalidArgument when the config's Engram fields are out of range or
 // pad_class_id is not in [0, compressed_vocab_size).

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "base/json.h"
+#include "config/config.h"
 #include "engram/token_map.h"
-#include "model/config.h"
 #include "text/tokenizer.h"
 
 namespace dsv41 {

@@ -11,9 +11,9 @@
 
 #include "base/check.h"
 #include "base/npy.h"
+#include "config/config.h"
 #include "engram/hash_constants.h"
 #include "engram/token_map.h"
-#include "model/config.h"
 #include "text/tokenizer.h"
 
 namespace dsv41 {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
-#include "model/kv_layout.h"
+#include "kv/kv_layout.h"
 
 namespace dsv41 {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "base/status.h"
 #include "kv/block_pool.h"
-#include "model/cache_plan.h"
+#include "kv/cache_plan.h"
 
 namespace dsv41 {
 

@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.h"
+#include "config/layer_plan.h"
 #include "kv/block_pool.h"
-#include "model/cache_plan.h"
-#include "model/config.h"
-#include "model/kv_layout.h"
-#include "model/layer_plan.h"
+#include "kv/cache_plan.h"
+#include "kv/kv_layout.h"
 
 namespace dsv41 {
 namespace {

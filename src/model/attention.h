@@ -17,12 +17,12 @@
 
 #include "base/exec_context.h"
 #include "base/status.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
 #include "kernels/linear.h"
 #include "kernels/sparse_attention.h"  // SinkAttention, kAttentionKeyBlock
+#include "kv/kv_layout.h"
 #include "model/batch.h"
-#include "model/config.h"
-#include "model/kv_layout.h"
-#include "model/layer_plan.h"
 #include "model/norm.h"
 #include "model/rope.h"
 

@@ -11,8 +11,8 @@
 
 #include "base/npy.h"
 #include "base/thread_pool.h"
+#include "kv/kv_layout.h"
 #include "model/compressor.h"
-#include "model/kv_layout.h"
 #include "model/rope.h"
 #include "model/weights.h"
 #include "numerics/codecs.h"

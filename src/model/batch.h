@@ -5,22 +5,11 @@
 // The scheduler and the model meet in this plain struct: no policy, no tensors.
 
 #include <cstdint>
-#include <span>
 #include <vector>
 
-namespace dsv41 {
+#include "kv/batch_request.h"
 
-// One request's slice of a Batch: tokens token_ids[first_row .. first_row + num_tokens − 1] at
-// absolute positions start_pos .. start_pos + num_tokens − 1. start_pos is the number of positions
-// already in the request's cache (its context length before this step).
-struct BatchRequest {
-  int32_t first_row = 0;
-  int32_t num_tokens = 0;
-  int32_t start_pos = 0;
-  // The request's block table of each cache group (CachePlan::groups): logical block index →
-  // block id, kNoBlock where no block is held. A view into the request's own tables.
-  std::span<const std::vector<uint32_t>> block_tables;
-};
+namespace dsv41 {
 
 // One forward step: the new tokens of every scheduled request, flattened in request order, and
 // which rows need logits.

@@ -13,11 +13,11 @@
 
 #include "base/exec_context.h"
 #include "base/status.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
 #include "kernels/linear.h"
+#include "kv/kv_layout.h"
 #include "model/batch.h"
-#include "model/config.h"
-#include "model/kv_layout.h"
-#include "model/layer_plan.h"
 #include "model/norm.h"
 #include "model/rope.h"
 
@@ -27,7 +27,8 @@ class ModelWeights;
 class ThreadPool;
 
 // The compressor and publisher of one kv-source layer. Immutable after Create (views into the
-// ModelWeights, which must outlive it). Engine thread only (Forward uses the context's pool and arena).
+// ModelWeights, which must outlive it). Engine thread only (Forward uses the context's pool and
+// arena).
 class Compressor {
  public:
   // `prefix` is the layer's attention prefix ("layers.2.attn"); `role` must be a kv source with

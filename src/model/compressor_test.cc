@@ -12,7 +12,7 @@
 
 #include "base/npy.h"
 #include "base/thread_pool.h"
-#include "model/kv_layout.h"
+#include "kv/kv_layout.h"
 #include "model/weights.h"
 
 namespace dsv41 {

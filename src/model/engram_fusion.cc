@@ -18,30 +18,6 @@
 namespace dsv41 {
 namespace {
 
-std::string ShapeText(const Shape& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) text += ", ";
-    text += std::to_string(shape[i]);
-  }
-  return text + "]";
-}
-
-// A tensor of `dtype` and `shape`, or InvalidArgument naming it.
-Result<TensorView> GetChecked(const ModelWeights& weights, const std::string& name, DType dtype,
-                              const Shape& shape) {
-  DSV41_ASSIGN_OR_RETURN(TensorView view, weights.Get(name));
-  if (view.dtype != dtype || view.shape != shape) {
-    const std::string_view got = DTypeName(view.dtype);
-    const std::string_view want = DTypeName(dtype);
-    return InvalidArgumentError("'%s': want %.*s %s, got %.*s %s", name.c_str(),
-                                static_cast<int>(want.size()), want.data(),
-                                ShapeText(shape).c_str(), static_cast<int>(got.size()), got.data(),
-                                ShapeText(view.shape).c_str());
-  }
-  return view;
-}
-
 float LoadBf16(const std::byte* p) {
   uint16_t bits;
   std::memcpy(&bits, p, sizeof(bits));
@@ -49,52 +25,6 @@ float LoadBf16(const std::byte* p) {
 }
 
 }  // namespace
-
-// ---- Row sources --------------------------------------------------------------------------
-
-Result<MappedEngramRowSource> MappedEngramRowSource::Open(const ModelWeights& weights,
-                                                          int32_t layer) {
-  MappedEngramRowSource source;
-  source.name_ = "layers." + std::to_string(layer) + ".engram.embed";
-  DSV41_ASSIGN_OR_RETURN(TensorView values, weights.Get(source.name_ + ".weight"));
-  if (values.dtype != DType::kF8E4M3 || values.shape.size() != 2 || values.shape[1] <= 0 ||
-      values.shape[1] % 32 != 0) {
-    const std::string_view got = DTypeName(values.dtype);
-    return InvalidArgumentError("'%s.weight': want F8_E4M3 [rows, 32·k], got %.*s %s",
-                                source.name_.c_str(), static_cast<int>(got.size()), got.data(),
-                                ShapeText(values.shape).c_str());
-  }
-  source.num_rows_ = values.shape[0];
-  source.row_dim_ = static_cast<int32_t>(values.shape[1]);
-  DSV41_ASSIGN_OR_RETURN(TensorView scales,
-                         GetChecked(weights, source.name_ + ".scale", DType::kF8E8M0,
-                                    {source.num_rows_, source.row_dim_ / 32}));
-  source.values_ = values.bytes;
-  source.scales_ = scales.bytes;
-  return source;
-}
-
-Status MappedEngramRowSource::FillRows(std::span<const int64_t> row_ids,
-                                       std::span<std::byte> values,
-                                       std::span<std::byte> scales) const {
-  const size_t value_bytes = static_cast<size_t>(row_dim_);
-  const size_t scale_bytes = value_bytes / 32;
-  DSV41_CHECK(values.size() == row_ids.size() * value_bytes &&
-                  scales.size() == row_ids.size() * scale_bytes,
-              "FillRows: %zu rows into %zu value and %zu scale bytes", row_ids.size(),
-              values.size(), scales.size());
-  for (size_t i = 0; i < row_ids.size(); ++i) {
-    const int64_t row = row_ids[i];
-    if (row < 0 || row >= num_rows_) {
-      return OutOfRangeError("'%s': row %lld outside the table of %lld rows", name_.c_str(),
-                             static_cast<long long>(row), static_cast<long long>(num_rows_));
-    }
-    const size_t r = static_cast<size_t>(row);
-    std::memcpy(values.data() + i * value_bytes, values_.data() + r * value_bytes, value_bytes);
-    std::memcpy(scales.data() + i * scale_bytes, scales_.data() + r * scale_bytes, scale_bytes);
-  }
-  return OkStatus();
-}
 
 void DequantizeEngramRows(std::span<const std::byte> values, std::span<const std::byte> scales,
                           int32_t row_dim, int64_t n, std::span<float> out) {
@@ -126,7 +56,8 @@ Result<EngramFusion> EngramFusion::Load(const ModelWeights& weights, int32_t lay
   fusion.eps_ = static_cast<float>(config.rms_norm_eps);
   fusion.inv_sqrt_hidden_ = CrPow(static_cast<float>(config.hidden_size), -0.5);
 
-  DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows, MappedEngramRowSource::Open(weights, layer));
+  DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows,
+                         MappedEngramRowSource::Open(weights.checkpoint(), layer));
   if (rows.row_dim() != config.engram_head_dim) {
     return InvalidArgumentError("'layers.%d.engram.embed.weight': rows of %d, want %d", layer,
                                 rows.row_dim(), config.engram_head_dim);
@@ -143,10 +74,10 @@ Result<EngramFusion> EngramFusion::Load(const ModelWeights& weights, int32_t lay
                                 fusion.engram_in());
   }
   const Shape qk_shape = {config.hc_mult, config.hidden_size};
-  DSV41_ASSIGN_OR_RETURN(TensorView q,
-                         GetChecked(weights, prefix + ".q_weight", DType::kBF16, qk_shape));
-  DSV41_ASSIGN_OR_RETURN(TensorView k,
-                         GetChecked(weights, prefix + ".k_weight", DType::kBF16, qk_shape));
+  DSV41_ASSIGN_OR_RETURN(
+      TensorView q, weights.checkpoint().GetChecked(prefix + ".q_weight", DType::kBF16, qk_shape));
+  DSV41_ASSIGN_OR_RETURN(
+      TensorView k, weights.checkpoint().GetChecked(prefix + ".k_weight", DType::kBF16, qk_shape));
   const size_t n = static_cast<size_t>(config.hc_mult) * static_cast<size_t>(config.hidden_size);
   fusion.qk_.resize(n);
   for (size_t i = 0; i < n; ++i) {

@@ -59,7 +59,7 @@ TEST(DequantizeEngramRowsTest, ValueTimesPowerOfTwoScalePerBlockOf32) {
 TEST(MappedEngramRowSourceTest, CopiesTheCheckpointBytesOfEachRow) {
   Result<ModelWeights> weights = LoadTiny("tiny-a");
   ASSERT_TRUE(weights.ok()) << weights.status().ToString();
-  Result<MappedEngramRowSource> source = MappedEngramRowSource::Open(*weights, 1);
+  Result<MappedEngramRowSource> source = MappedEngramRowSource::Open(weights->checkpoint(), 1);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   Result<TensorView> table = weights->Get("layers.1.engram.embed.weight");
   Result<TensorView> scale = weights->Get("layers.1.engram.embed.scale");
@@ -86,7 +86,7 @@ TEST(MappedEngramRowSourceTest, CopiesTheCheckpointBytesOfEachRow) {
 TEST(MappedEngramRowSourceTest, RowOutsideTheTableIsOutOfRangeNamingTheTable) {
   Result<ModelWeights> weights = LoadTiny("tiny-a");
   ASSERT_TRUE(weights.ok()) << weights.status().ToString();
-  Result<MappedEngramRowSource> source = MappedEngramRowSource::Open(*weights, 4);
+  Result<MappedEngramRowSource> source = MappedEngramRowSource::Open(weights->checkpoint(), 4);
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   const size_t dim = static_cast<size_t>(source->row_dim());
   std::vector<std::byte> values(dim);

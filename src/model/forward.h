@@ -13,6 +13,7 @@
 
 #include "base/exec_context.h"
 #include "base/status.h"
+#include "kv/kv_layout.h"
 #include "model/attention.h"
 #include "model/batch.h"
 #include "model/compressor.h"
@@ -20,7 +21,6 @@
 #include "model/hc_block.h"
 #include "model/head.h"
 #include "model/indexer.h"
-#include "model/kv_layout.h"
 #include "model/mhc.h"
 #include "model/moe.h"
 #include "model/norm.h"

@@ -16,12 +16,12 @@
 
 #include "base/exec_context.h"
 #include "base/status.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
 #include "kernels/linear.h"
+#include "kv/kv_layout.h"
 #include "model/attention.h"
 #include "model/batch.h"
-#include "model/config.h"
-#include "model/kv_layout.h"
-#include "model/layer_plan.h"
 #include "model/norm.h"
 #include "model/rope.h"
 

@@ -14,9 +14,9 @@
 
 #include "base/npy.h"
 #include "base/thread_pool.h"
+#include "kv/kv_layout.h"
 #include "model/attention.h"
 #include "model/compressor.h"
-#include "model/kv_layout.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
 

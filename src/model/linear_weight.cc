@@ -4,7 +4,7 @@
 #include <string>
 
 #include "checkpoint/dtype.h"
-#include "model/tensor_inventory.h"  // ShapeString
+#include "config/tensor_inventory.h"  // ShapeString
 #include "model/weights.h"
 #include "numerics/codecs.h"
 

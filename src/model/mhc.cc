@@ -9,10 +9,10 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "config/config.h"
 #include "kernels/exact_sum.h"
 #include "kernels/sinkhorn.h"
 #include "kernels/stream_mix.h"
-#include "model/config.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
 #include "numerics/codecs.h"

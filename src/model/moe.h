@@ -8,9 +8,9 @@
 
 #include "base/exec_context.h"
 #include "base/status.h"
+#include "config/config.h"
 #include "kernels/activation.h"  // SwigluActivation
 #include "kernels/linear.h"
-#include "model/config.h"
 
 namespace dsv41 {
 

@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
 
 namespace dsv41 {
 

@@ -6,9 +6,9 @@
 #include "base/progress.h"
 #include "base/status.h"
 #include "checkpoint/checkpoint.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
-#include "model/tensor_inventory.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
+#include "config/tensor_inventory.h"
 
 namespace dsv41 {
 

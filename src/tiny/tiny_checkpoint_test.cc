@@ -8,8 +8,8 @@
 #include <set>
 
 #include "base/mapped_file.h"
+#include "config/engram_primes.h"
 #include "engram/token_map.h"
-#include "model/engram_primes.h"
 #include "model/weights.h"
 #include "numerics/block_quant.h"
 #include "numerics/codecs.h"

@@ -1,4 +1,4 @@
-#include "model/cache_plan.h"
+#include "kv/cache_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 
 #include "base/json.h"
 #include "base/status.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
 
 namespace dsv41 {
 namespace {
@@ -96,7 +96,7 @@ TEST(CachePlanTest, SeedReleaseSlotsFollowKvSources) {
 // The released HF config.json as shipped, parsed by the model layer, gives the same plan.
 TEST(CachePlanTest, ReleasedConfigJsonGivesSpecPages) {
   Result<Json> json =
-      ReadJsonFile(std::string(DSV41_SOURCE_ROOT) + "/src/model/testdata/released_config.json");
+      ReadJsonFile(std::string(DSV41_SOURCE_ROOT) + "/src/config/testdata/released_config.json");
   ASSERT_TRUE(json.ok()) << json.status().ToString();
   Result<ModelConfig> config = ParseModelConfig(&*json, nullptr);
   ASSERT_TRUE(config.ok()) << config.status().ToString();

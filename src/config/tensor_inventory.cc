@@ -1,4 +1,4 @@
-#include "model/tensor_inventory.h"
+#include "config/tensor_inventory.h"
 
 #include <string_view>
 #include <unordered_map>
@@ -173,15 +173,6 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config, const LayerPl
 
 uint64_t TensorBytes(const TensorSpec& tensor) {
   return NumElements(tensor.shape).value_or(0) * DTypeSize(tensor.dtype);
-}
-
-std::string ShapeString(const Shape& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) text += ", ";
-    text += std::to_string(shape[i]);
-  }
-  return text + "]";
 }
 
 Status CheckTensors(const std::vector<TensorSpec>& expected,

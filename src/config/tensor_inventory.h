@@ -6,8 +6,8 @@
 
 #include "base/status.h"
 #include "checkpoint/dtype.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
 
 namespace dsv41 {
 
@@ -36,9 +36,6 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config, const LayerPl
 
 // Bytes of one tensor's data (elements × dtype size).
 uint64_t TensorBytes(const TensorSpec& tensor);
-
-// "[512, 5120]".
-std::string ShapeString(const Shape& shape);
 
 // Compares the tensors a checkpoint holds with the expected ones. Ok, or one InvalidArgument
 // listing every missing, mis-shaped, wrong-dtype and duplicated tensor (the first 20, then a

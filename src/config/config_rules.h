@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "model/config.h"
+#include "config/config.h"
 
 namespace dsv41 {
 

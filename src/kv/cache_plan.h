@@ -9,8 +9,8 @@
 
 #include "base/json.h"
 #include "base/status.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
 
 namespace dsv41 {
 

@@ -4,7 +4,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/tensor_inventory.h"
+#include "config/tensor_inventory.h"
 
 namespace dsv41 {
 

@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "config/config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kTestdata = std::string(DSV41_SOURCE_ROOT) + "/src/model/testdata/";
+const std::string kTestdata = std::string(DSV41_SOURCE_ROOT) + "/src/config/testdata/";
 const std::string kCheckpoints = std::string(DSV41_SHARED_DIR) + "/goldens/model/checkpoints/";
 
 Json ReadJson(const std::string& path) {

@@ -1,4 +1,4 @@
-#include "model/cache_plan.h"
+#include "kv/cache_plan.h"
 
 #include <algorithm>
 #include <cstdint>

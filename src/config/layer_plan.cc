@@ -1,4 +1,4 @@
-#include "model/layer_plan.h"
+#include "config/layer_plan.h"
 
 #include <algorithm>
 

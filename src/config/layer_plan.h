@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "model/config.h"
+#include "config/config.h"
 
 namespace dsv41 {
 

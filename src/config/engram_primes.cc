@@ -1,4 +1,4 @@
-#include "model/engram_primes.h"
+#include "config/engram_primes.h"
 
 #include <limits>
 #include <unordered_set>

@@ -1,4 +1,4 @@
-#include "model/weight_summary.h"
+#include "config/weight_summary.h"
 
 #include <array>
 

@@ -1,9 +1,9 @@
-#include "model/weight_summary.h"
+#include "config/weight_summary.h"
 
 #include <gtest/gtest.h>
 
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
 
 namespace dsv41 {
 namespace {

@@ -1,11 +1,11 @@
-#include "model/config_rules.h"
+#include "config/config_rules.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "base/log.h"
-#include "model/engram_primes.h"
+#include "config/engram_primes.h"
 
 namespace dsv41 {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/kv_layout.h"
+#include "kv/kv_layout.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "config/config.h"
+#include "config/layer_plan.h"
 #include "numerics/fake_quant.h"
 
 namespace dsv41 {

@@ -1,4 +1,4 @@
-#include "model/engram_primes.h"
+#include "config/engram_primes.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "base/json.h"
-#include "model/config.h"
+#include "config/config.h"
 
 namespace dsv41 {
 namespace {

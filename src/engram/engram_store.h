@@ -19,11 +19,11 @@
 #include "base/progress.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
-#include "model/engram_fusion.h"
+#include "checkpoint/checkpoint.h"
+#include "config/layer_plan.h"
+#include "engram/engram_rows.h"
 
 namespace dsv41 {
-
-class ModelWeights;
 
 enum class EngramTier { kResident, kMapped, kDisk };
 
@@ -52,7 +52,7 @@ class DiskEngramRowSource final : public EngramRowSource {
  public:
   // Opens the files of the tensors (paths and ranges from the checkpoint) and checks that they
   // hold them: a file shorter than its tensor is refused with DataLoss naming file and tensor.
-  static Result<std::unique_ptr<DiskEngramRowSource>> Open(const ModelWeights& weights,
+  static Result<std::unique_ptr<DiskEngramRowSource>> Open(const Checkpoint& checkpoint,
                                                            int32_t layer,
                                                            const EngramStoreOptions& options,
                                                            uint64_t cache_bytes);
@@ -86,10 +86,11 @@ class DiskEngramRowSource final : public EngramRowSource {
 // Every Engram table of a model in slot order (engram_slot 0, 1, ...), in one tier.
 class EngramStorage {
  public:
-  // Opens the tables of `weights` as options.tier says. resident copies them over `pool` and
-  // reports progress (stage "copying Engram tables", unit "bytes"; may cancel). Errors name the
-  // file and tensor.
-  static Result<std::unique_ptr<EngramStorage>> Open(const ModelWeights& weights,
+  // Opens the tables of the Engram layers of `plan` in `checkpoint` as options.tier says. resident
+  // copies them over `pool` and reports progress (stage "copying Engram tables", unit "bytes"; may
+  // cancel). Errors name the file and tensor.
+  static Result<std::unique_ptr<EngramStorage>> Open(const Checkpoint& checkpoint,
+                                                     const LayerPlan& plan,
                                                      const EngramStoreOptions& options,
                                                      ThreadPool& pool,
                                                      const ProgressFn& progress = {});

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "model/batch.h"
-#include "model/cache_plan.h"
+#include "kv/batch_request.h"
+#include "kv/cache_plan.h"
 
 namespace dsv41 {
 

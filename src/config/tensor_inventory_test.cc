@@ -1,4 +1,4 @@
-#include "model/tensor_inventory.h"
+#include "config/tensor_inventory.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "model/engram_store.h"
+#include "engram/engram_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,7 +16,6 @@
 
 #include "base/check.h"
 #include "base/mapped_file.h"
-#include "model/weights.h"
 
 namespace dsv41 {
 namespace {
@@ -27,10 +26,10 @@ constexpr uint64_t kMaxRunPages = 32;
 
 std::string TableName(int32_t layer) { return "layers." + std::to_string(layer) + ".engram.embed"; }
 
-// The Engram layers of `weights` in slot order.
-std::vector<int32_t> EngramLayersBySlot(const ModelWeights& weights) {
+// The Engram layers of `plan` in slot order.
+std::vector<int32_t> EngramLayersBySlot(const LayerPlan& plan) {
   std::vector<std::pair<int32_t, int32_t>> slots;
-  for (const LayerRole& role : weights.plan().layers) {
+  for (const LayerRole& role : plan.layers) {
     if (role.has_engram()) slots.emplace_back(*role.engram_slot, role.layer);
   }
   std::sort(slots.begin(), slots.end());
@@ -335,10 +334,10 @@ struct DiskEngramRowSource::State {
 };
 
 Result<std::unique_ptr<DiskEngramRowSource>> DiskEngramRowSource::Open(
-    const ModelWeights& weights, int32_t layer, const EngramStoreOptions& options,
+    const Checkpoint& checkpoint, int32_t layer, const EngramStoreOptions& options,
     uint64_t cache_bytes) {
   DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource checked,
-                         MappedEngramRowSource::Open(weights, layer));
+                         MappedEngramRowSource::Open(checkpoint, layer));
   std::unique_ptr<DiskEngramRowSource> source(new DiskEngramRowSource());
   source->name_ = TableName(layer);
   source->num_rows_ = checked.num_rows();
@@ -353,7 +352,7 @@ Result<std::unique_ptr<DiskEngramRowSource>> DiskEngramRowSource::Open(
   for (int32_t f = 0; f < 2; ++f) {
     State::File& file = s.files[f];
     file.tensor = source->name_ + suffixes[f];
-    DSV41_ASSIGN_OR_RETURN(TensorFileRange range, weights.checkpoint().Locate(file.tensor));
+    DSV41_ASSIGN_OR_RETURN(TensorFileRange range, checkpoint.Locate(file.tensor));
     file.path = range.path;
     file.offset = range.offset;
     const int flags = O_RDONLY | O_CLOEXEC | (options.direct_io ? O_DIRECT : 0);
@@ -552,31 +551,33 @@ EngramStorage::EngramStorage(EngramStoreOptions options,
                              std::vector<std::string> paths)
     : options_(options), tables_(std::move(tables)), paths_(std::move(paths)) {}
 
-Result<std::unique_ptr<EngramStorage>> EngramStorage::Open(const ModelWeights& weights,
+Result<std::unique_ptr<EngramStorage>> EngramStorage::Open(const Checkpoint& checkpoint,
+                                                           const LayerPlan& plan,
                                                            const EngramStoreOptions& options,
                                                            ThreadPool& pool,
                                                            const ProgressFn& progress) {
-  const std::vector<int32_t> layers = EngramLayersBySlot(weights);
+  const std::vector<int32_t> layers = EngramLayersBySlot(plan);
   std::vector<std::unique_ptr<EngramRowSource>> tables;
   std::set<std::string> paths;
   uint64_t total_rows = 0;
   uint64_t total_bytes = 0;
   for (int32_t layer : layers) {
-    DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows, MappedEngramRowSource::Open(weights, layer));
+    DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows,
+                           MappedEngramRowSource::Open(checkpoint, layer));
     total_rows += static_cast<uint64_t>(rows.num_rows());
     total_bytes += static_cast<uint64_t>(rows.num_rows()) * (rows.row_dim() + rows.row_dim() / 32);
     for (const char* suffix : {".weight", ".scale"}) {
-      DSV41_ASSIGN_OR_RETURN(TensorFileRange range,
-                             weights.checkpoint().Locate(TableName(layer) + suffix));
+      DSV41_ASSIGN_OR_RETURN(TensorFileRange range, checkpoint.Locate(TableName(layer) + suffix));
       paths.insert(range.path);
     }
   }
   uint64_t copied = 0;
   for (int32_t layer : layers) {
     const std::string name = TableName(layer);
-    DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows, MappedEngramRowSource::Open(weights, layer));
-    DSV41_ASSIGN_OR_RETURN(TensorView values, weights.Get(name + ".weight"));
-    DSV41_ASSIGN_OR_RETURN(TensorView scales, weights.Get(name + ".scale"));
+    DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows,
+                           MappedEngramRowSource::Open(checkpoint, layer));
+    DSV41_ASSIGN_OR_RETURN(TensorView values, checkpoint.Get(name + ".weight"));
+    DSV41_ASSIGN_OR_RETURN(TensorView scales, checkpoint.Get(name + ".scale"));
     switch (options.tier) {
       case EngramTier::kResident: {
         DSV41_ASSIGN_OR_RETURN(AnonymousMemory value_copy,
@@ -606,7 +607,7 @@ Result<std::unique_ptr<EngramStorage>> EngramStorage::Open(const ModelWeights& w
                                                     static_cast<long double>(rows.num_rows()) /
                                                     static_cast<long double>(total_rows));
         DSV41_ASSIGN_OR_RETURN(std::unique_ptr<DiskEngramRowSource> disk,
-                               DiskEngramRowSource::Open(weights, layer, options, share));
+                               DiskEngramRowSource::Open(checkpoint, layer, options, share));
         tables.push_back(std::move(disk));
         break;
       }

@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "config/config.h"
 
 #include <cmath>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include <variant>
 
 #include "base/log.h"
-#include "model/config_rules.h"
+#include "config/config_rules.h"
 
 namespace dsv41 {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/kv_layout.h"
+#include "kv/kv_layout.h"
 
 #include <algorithm>
 #include <cmath>
