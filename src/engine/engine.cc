@@ -69,64 +69,73 @@ Result<std::unique_ptr<Engine>> Engine::Create(const LoadedTextModel& model,
   if (spec.method == SpeculativeMethod::kOff && spec.custom_drafter) {
     return InvalidArgumentError("a custom drafter needs a --speculative method");
   }
-  std::unique_ptr<Engine> engine(new Engine(model, options, pool));
+  std::unique_ptr<Engine> engine(new Engine(model, options));
+  DSV41_RETURN_IF_ERROR(engine->Build(pool));
+  return engine;
+}
+
+Status Engine::Build(ThreadPool& pool) {
+  const ModelConfig& config = model_.config();
+  const SpeculativeOptions& spec = options_.speculative;
   CachePlanOptions plan_options;
-  plan_options.block_tokens = options.block_tokens;
-  plan_options.profile = options.profile;
+  plan_options.block_tokens = options_.block_tokens;
+  plan_options.profile = options_.profile;
   // serving.md §3.3, §3.6: the draft windows (G_DRAFT) and a ring that survives K rejected rows.
   plan_options.dspark = spec.method == SpeculativeMethod::kDspark;
   plan_options.num_speculative_tokens =
       spec.method == SpeculativeMethod::kOff ? 0 : spec.num_speculative_tokens;
-  engine->seeds_drafts_ = plan_options.dspark;
-  DSV41_ASSIGN_OR_RETURN(CachePlan plan, PlanCache(config, model.weights->plan(), plan_options));
-  engine->plan_ = std::make_unique<CachePlan>(std::move(plan));
-  const uint64_t budget = options.num_blocks > 0
-                              ? uint64_t{options.num_blocks} * engine->plan_->bytes_per_block_id
-                              : options.kv_cache_bytes;
-  const PoolSizing sizing = SizePool(*engine->plan_, budget, config);
+  seeds_drafts_ = plan_options.dspark;
+  DSV41_ASSIGN_OR_RETURN(CachePlan plan, PlanCache(config, model_.weights->plan(), plan_options));
+  plan_ = std::make_unique<CachePlan>(std::move(plan));
+  const uint64_t budget = options_.num_blocks > 0
+                              ? uint64_t{options_.num_blocks} * plan_->bytes_per_block_id
+                              : options_.kv_cache_bytes;
+  const PoolSizing sizing = SizePool(*plan_, budget, config);
   const int64_t model_len =
-      options.max_model_len > 0
-          ? std::min<int64_t>(options.max_model_len, config.max_position_embeddings)
+      options_.max_model_len > 0
+          ? std::min<int64_t>(options_.max_model_len, config.max_position_embeddings)
           : config.max_position_embeddings;
-  EngineLayout& layout = engine->layout_;
-  layout.block_tokens = options.block_tokens;
-  layout.bytes_per_block_id = engine->plan_->bytes_per_block_id;
-  layout.num_blocks = sizing.num_block_ids;
-  layout.kv_cache_bytes = sizing.used_bytes;
-  layout.max_request_tokens = std::min(model_len, sizing.max_context_tokens);
-  if (layout.max_request_tokens < 2) {
+  layout_.block_tokens = options_.block_tokens;
+  layout_.bytes_per_block_id = plan_->bytes_per_block_id;
+  layout_.num_blocks = sizing.num_block_ids;
+  layout_.kv_cache_bytes = sizing.used_bytes;
+  layout_.max_request_tokens = std::min(model_len, sizing.max_context_tokens);
+  if (layout_.max_request_tokens < 2) {
     return InvalidArgumentError(
         "a KV cache of %u blocks (%llu bytes) holds no request: raise --kv-cache-gib or "
         "--num-blocks",
         sizing.num_block_ids, static_cast<unsigned long long>(budget));
   }
-  engine->storage_ = std::make_unique<KvCacheStorage>(*engine->plan_, config, layout.num_blocks);
-  engine->kv_ = std::make_unique<KvCacheManager>(
-      *engine->plan_, layout.num_blocks,
-      KvManagerOptions{.enable_prefix_caching = options.enable_prefix_caching,
-                       .identity = CacheIdentity(config, *engine->plan_)});
-  engine->scheduler_ = std::make_unique<Scheduler>(
-      *engine->kv_, SchedulerOptions{.max_num_seqs = options.max_num_seqs,
-                                     .max_num_batched_tokens = options.max_num_batched_tokens});
-  engine->eos_token_id_ = model.eos_token_id();
+  runner_ = std::make_unique<ModelRunner>(
+      model_, *plan_, layout_.num_blocks,
+      ModelRunnerOptions{.max_num_batched_tokens = options_.max_num_batched_tokens,
+                         .numerics = options_.numerics,
+                         .engram_prefetch = options_.engram_prefetch,
+                         .record_main_hidden = seeds_drafts_},
+      pool);
+  kv_ = std::make_unique<KvCacheManager>(
+      *plan_, layout_.num_blocks,
+      KvManagerOptions{.enable_prefix_caching = options_.enable_prefix_caching,
+                       .identity = CacheIdentity(config, *plan_)});
+  scheduler_ = std::make_unique<Scheduler>(
+      *kv_, SchedulerOptions{.max_num_seqs = options_.max_num_seqs,
+                             .max_num_batched_tokens = options_.max_num_batched_tokens});
+  proposer_ = std::make_unique<DraftProposer>(model_, options_.speculative, options_.block_tokens,
+                                              *runner_);
+  eos_token_id_ = model_.eos_token_id();
   // The most text one token can stream: its bytes plus an incomplete character's, each byte at
   // worst replaced by U+FFFD (3 bytes).
   size_t token_bytes = 0;
-  for (int32_t id = 0; id < model.tokenizer->vocab_size(); ++id) {
-    token_bytes = std::max(token_bytes, model.tokenizer->TokenBytes(id).size());
+  for (int32_t id = 0; id < model_.tokenizer->vocab_size(); ++id) {
+    token_bytes = std::max(token_bytes, model_.tokenizer->TokenBytes(id).size());
   }
-  engine->max_token_text_bytes_ = 3 * (token_bytes + 3);
-  engine->text_delta_.reserve(engine->max_token_text_bytes_);
+  max_token_text_bytes_ = 3 * (token_bytes + 3);
+  text_delta_.reserve(max_token_text_bytes_);
   const size_t positions =
       spec.method == SpeculativeMethod::kOff ? 0 : static_cast<size_t>(spec.num_speculative_tokens);
-  engine->stats_.drafts_at_position.assign(positions, 0);
-  engine->stats_.accepted_at_position.assign(positions, 0);
-  if (model.engram.num_layers() > 0) {
-    engine->engram_prefetch_ =
-        MakeEngramPrefetcher(model.engram_storage.get(), model.engram.num_cols(),
-                             options.max_num_batched_tokens, options.engram_prefetch);
-  }
-  return engine;
+  stats_.drafts_at_position.assign(positions, 0);
+  stats_.accepted_at_position.assign(positions, 0);
+  return Status();
 }
 
 Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
@@ -190,70 +199,9 @@ Status Engine::Abort(uint64_t request_id) {
   out.request_id = request_id;
   out.num_prompt_tokens = it->second->num_prompt_tokens;
   out.finish = FinishReason::kAbort;
-  scheduler_->Remove(it->second.get());
-  requests_.erase(it);
+  Remove(*it->second);
   pending_outputs_.push_back(std::move(out));
   return Status();
-}
-
-Status Engine::BuildBatch(const SchedulerOutput& scheduled, std::span<const int64_t> committed,
-                          Batch& batch) {
-  const size_t num_cols = static_cast<size_t>(model_.engram.num_cols());
-  const size_t num_engram = static_cast<size_t>(model_.engram.num_layers());
-  batch.token_ids.clear();
-  batch.requests.clear();
-  batch.engram_rows.clear();
-  batch.logit_rows.clear();
-  batch.main_hidden_rows.clear();
-  int32_t row = 0;
-  for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
-    const ScheduledRequest& s = scheduled.scheduled[i];
-    const Request& r = *s.request;
-    const int32_t start = static_cast<int32_t>(r.num_computed);
-    const int32_t n = s.num_new_tokens;
-    batch.requests.push_back(BatchRequest{
-        .first_row = row, .num_tokens = n, .start_pos = start, .block_tables = r.blocks.tables});
-    const std::span<const int32_t> ids = r.history.token_ids().subspan(start, n);
-    batch.token_ids.insert(batch.token_ids.end(), ids.begin(), ids.end());
-    stats_.prompt_tokens_computed +=
-        static_cast<uint64_t>(std::max(0, std::min(start + n, r.num_prompt_tokens) - start));
-    if (num_engram > 0) {
-      const size_t begin = batch.engram_rows.size();
-      batch.engram_rows.resize(begin + static_cast<size_t>(n) * num_engram * num_cols);
-      ComputeEngramRows(model_.engram, r.history.class_ids(), r.history.dead(), start, n,
-                        std::span<int64_t>(batch.engram_rows).subspan(begin));
-    }
-    // The last committed position and every draft after it are verify rows.
-    const bool completes = start + n == r.num_tokens();
-    for (int32_t t = 0; t < n; ++t) {
-      const bool verify = completes && start + t >= committed[i] - 1;
-      if (verify || (r.prompt_logits && start + t < r.num_prompt_tokens)) {
-        batch.logit_rows.push_back(row + t);
-      }
-      if (seeds_drafts_) batch.main_hidden_rows.push_back(row + t);
-    }
-    row += n;
-  }
-  return Status();
-}
-
-void Engine::BuildEngramLookAhead(const SchedulerOutput& scheduled) {
-  engram_ahead_.clear();
-  const size_t per_token = static_cast<size_t>(model_.engram.num_cols()) *
-                           static_cast<size_t>(model_.engram.num_layers());
-  int64_t budget = options_.max_num_batched_tokens;
-  for (const ScheduledRequest& s : scheduled.scheduled) {
-    const Request& r = *s.request;
-    const int64_t next = r.num_computed + s.num_new_tokens;
-    const int64_t n = std::min<int64_t>(r.num_tokens() - next, budget);
-    if (n <= 0) continue;
-    const size_t begin = engram_ahead_.size();
-    engram_ahead_.resize(begin + static_cast<size_t>(n) * per_token);
-    ComputeEngramRows(model_.engram, r.history.class_ids(), r.history.dead(), next, n,
-                      std::span<int64_t>(engram_ahead_).subspan(begin));
-    budget -= n;
-    if (budget == 0) break;
-  }
 }
 
 void Engine::FailStep(const SchedulerOutput& scheduled, const Status& error,
@@ -268,8 +216,7 @@ void Engine::FailStep(const SchedulerOutput& scheduled, const Status& error,
     Finish(r, FinishReason::kError, out, /*flush_text=*/false,
            StrFormat("request %llu: the step failed: %s", static_cast<unsigned long long>(r.id),
                      error.ToString().c_str()));
-    scheduler_->Remove(&r);
-    requests_.erase(r.id);
+    Remove(r);
   }
 }
 
@@ -339,148 +286,6 @@ int32_t Engine::Verify(Request& r, std::span<const float> logits, std::span<cons
   return accepted;
 }
 
-void Engine::SetDrafts(Request& r, std::span<const int32_t> tokens) {
-  const int32_t vocab = model_.config().vocab_size;
-  r.draft_tokens.clear();
-  r.draft_classes.clear();
-  for (const int32_t token : tokens) {
-    int32_t class_id = 0;
-    if (token < 0 || token >= vocab) break;
-    if (model_.engram.num_layers() > 0 &&
-        !MapTokensToEngramClasses(model_.token_map, std::span(&token, 1), std::span(&class_id, 1))
-             .ok()) {
-      break;
-    }
-    r.draft_tokens.push_back(token);
-    r.draft_classes.push_back(class_id);
-  }
-}
-
-void Engine::StagePendingSeeds(Request& r) {
-  if (r.num_pending_seeds == 0) return;
-  const size_t width = static_cast<size_t>(model_.model->MainHiddenWidth());
-  const size_t first_row = seed_rows_.size() / width;
-  for (const uint16_t bits : r.pending_main_hidden) seed_rows_.push_back(F32FromBf16(bits));
-  seed_requests_.push_back(BatchRequest{.first_row = static_cast<int32_t>(first_row),
-                                        .num_tokens = static_cast<int32_t>(r.num_pending_seeds),
-                                        .start_pos = static_cast<int32_t>(r.seed_start),
-                                        .block_tables = r.blocks.tables});
-  r.pending_main_hidden.clear();
-  r.num_pending_seeds = 0;
-}
-
-void Engine::StageSeedRows(Request& r, std::span<const float> rows, int64_t start, int64_t end) {
-  if (end <= start) return;
-  // Deferred rows that do not end where these begin belong to positions a preemption dropped:
-  // the recompute seeds them again.
-  if (r.num_pending_seeds > 0 && r.seed_start + r.num_pending_seeds != start) {
-    r.pending_main_hidden.clear();
-    r.num_pending_seeds = 0;
-  }
-  const int64_t block = kv_->block_tokens();
-  const int64_t first = r.num_pending_seeds > 0 ? r.seed_start : start;
-  const bool defer = options_.speculative.defer_paused_seeding && r.guard.paused() &&
-                     first / block == end / block && end - first <= kMaxDeferredSeeds;
-  if (defer) {
-    if (r.num_pending_seeds == 0) r.seed_start = start;
-    for (const float v : rows) r.pending_main_hidden.push_back(Bf16FromF32(v));
-    r.num_pending_seeds = end - r.seed_start;
-    return;
-  }
-  StagePendingSeeds(r);
-  const size_t width = static_cast<size_t>(model_.model->MainHiddenWidth());
-  const size_t first_row = seed_rows_.size() / width;
-  seed_rows_.insert(seed_rows_.end(), rows.begin(), rows.end());
-  BatchRequest staged{.first_row = static_cast<int32_t>(first_row),
-                      .num_tokens = static_cast<int32_t>(end - start),
-                      .start_pos = static_cast<int32_t>(start),
-                      .block_tables = r.blocks.tables};
-  // The request's deferred rows end where these begin: one run of positions.
-  if (!seed_requests_.empty() &&
-      seed_requests_.back().block_tables.data() == r.blocks.tables.data() &&
-      seed_requests_.back().start_pos + seed_requests_.back().num_tokens == staged.start_pos) {
-    seed_requests_.back().num_tokens += staged.num_tokens;
-  } else {
-    seed_requests_.push_back(staged);
-  }
-}
-
-Status Engine::SeedStaged() {
-  if (seed_requests_.empty()) return Status();
-  const Status seeded =
-      model_.dspark->SeedWindows(seed_rows_, seed_requests_, storage_->view(), ctx_);
-  ++stats_.num_seed_calls;
-  stats_.num_seeded_rows +=
-      seed_rows_.size() / static_cast<size_t>(model_.model->MainHiddenWidth());
-  seed_rows_.clear();
-  seed_requests_.clear();
-  return seeded;
-}
-
-Status Engine::ProposeDrafts(const std::vector<Request*>& ready) {
-  const SpeculativeOptions& spec = options_.speculative;
-  std::vector<Request*>& dspark_requests = dspark_requests_;
-  std::vector<int32_t>& dspark_budget = dspark_budget_;
-  std::vector<int32_t>& proposal = proposal_;
-  dspark_requests.clear();
-  dspark_budget.clear();
-  for (Request* r : ready) {
-    // A verify of m drafts emits up to m + 1 tokens; none may pass the request's limit.
-    const int64_t room = r->max_total_tokens - r->num_tokens() - 1;
-    const int32_t room_drafts =
-        static_cast<int32_t>(std::min<int64_t>(spec.num_speculative_tokens, room));
-    if (room_drafts < 1) continue;
-    const int32_t budget = r->guard.DraftsNextStep(room_drafts);
-    if (budget < 1) continue;
-    if (spec.custom_drafter) {
-      proposal.clear();
-      spec.custom_drafter(r->history.token_ids(), budget, proposal);
-      proposal.resize(std::min<size_t>(proposal.size(), budget));
-      SetDrafts(*r, proposal);
-    } else if (spec.method == SpeculativeMethod::kNgram) {
-      SetDrafts(*r, ProposeNgram(r->history.token_ids(), spec.prompt_lookup_min,
-                                 spec.prompt_lookup_max, budget));
-    } else {
-      dspark_requests.push_back(r);
-      dspark_budget.push_back(budget);
-    }
-  }
-  if (dspark_requests.empty()) return Status();
-  // The windows a draft reads are complete: a guard lets a request draft only after a step in
-  // which it was not paused, and that step seeded whatever the request had held back.
-  for (const Request* r : dspark_requests) {
-    DSV41_CHECK(r->num_pending_seeds == 0, "request %llu drafts with %lld window rows unseeded",
-                static_cast<unsigned long long>(r->id),
-                static_cast<long long>(r->num_pending_seeds));
-  }
-  std::vector<DraftRequest>& inputs = draft_inputs_;
-  inputs.clear();
-  for (Request* r : dspark_requests) {
-    inputs.push_back(DraftRequest{.token = r->history.token_ids().back(),
-                                  .last_pos = static_cast<int32_t>(r->num_computed - 1),
-                                  .block_tables = r->blocks.tables});
-  }
-  DraftResult& drafted = drafted_;
-  DSV41_RETURN_IF_ERROR(
-      model_.dspark->Draft(inputs, storage_->view(), /*want_logits=*/false, drafted, ctx_));
-  ++stats_.num_draft_forwards;
-  const int32_t block = model_.dspark->block_size();
-  for (size_t i = 0; i < dspark_requests.size(); ++i) {
-    int32_t n = dspark_budget[i];
-    // Confidence-scheduled verification: keep the drafts before the first unlikely one.
-    if (spec.confidence_threshold > 0.0) {
-      for (int32_t k = 0; k < n; ++k) {
-        if (Sigmoid(drafted.confidence[i * block + k]) < spec.confidence_threshold) {
-          n = k;
-          break;
-        }
-      }
-    }
-    SetDrafts(*dspark_requests[i], std::span<const int32_t>(drafted.tokens).subspan(i * block, n));
-  }
-  return Status();
-}
-
 Result<std::vector<RequestOutput>> Engine::Step() {
   std::vector<RequestOutput> outputs;
   DSV41_RETURN_IF_ERROR(Step(outputs));
@@ -506,148 +311,150 @@ Status Engine::Step(std::vector<RequestOutput>& outputs) {
   if (scheduled.scheduled.empty()) return Status();
   ++stats_.num_steps;
 
-  // A decode scheduled with drafts verifies them: they join the history for this forward only
-  // (Engram rows and the batch read it by position) and leave it before verification.
-  const size_t num_scheduled = scheduled.scheduled.size();
-  std::vector<int64_t>& committed = committed_;
-  std::vector<std::vector<int32_t>>& drafts = drafts_;
-  committed.resize(num_scheduled);
-  if (drafts.size() < num_scheduled) drafts.resize(num_scheduled);
-  for (size_t i = 0; i < num_scheduled; ++i) {
-    const ScheduledRequest& s = scheduled.scheduled[i];
-    Request& r = *s.request;
-    committed[i] = r.num_tokens();
-    const int64_t num_drafts = r.num_computed + s.num_new_tokens - committed[i];
-    if (num_drafts > 0) {
-      DSV41_CHECK(num_drafts <= static_cast<int64_t>(r.draft_tokens.size()),
-                  "request %llu: %lld drafts scheduled, %zu proposed",
-                  static_cast<unsigned long long>(r.id), static_cast<long long>(num_drafts),
-                  r.draft_tokens.size());
-      drafts[i].assign(r.draft_tokens.begin(), r.draft_tokens.begin() + num_drafts);
-      DSV41_RETURN_IF_ERROR(r.history.Append(
-          drafts[i], std::span<const int32_t>(r.draft_classes).subspan(0, num_drafts)));
-    } else {
-      drafts[i].clear();
-    }
-    r.draft_tokens.clear();
-    r.draft_classes.clear();
+  DSV41_RETURN_IF_ERROR(AppendScheduledDrafts(scheduled));
+  runner_->BuildBatch(scheduled, committed_);
+  for (const ScheduledRequest& s : scheduled.scheduled) {
+    const int64_t start = s.request->num_computed;
+    stats_.prompt_tokens_computed += static_cast<uint64_t>(std::max<int64_t>(
+        0, std::min<int64_t>(start + s.num_new_tokens, s.request->num_prompt_tokens) - start));
   }
-
-  Batch& batch = batch_;
-  DSV41_RETURN_IF_ERROR(BuildBatch(scheduled, committed, batch));
-  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
-  logits_.resize(batch.logit_rows.size() * vocab);
-  main_hidden_.resize(batch.main_hidden_rows.size() * model_.model->MainHiddenWidth());
-  arena_.Reset();
-  if (engram_prefetch_ != nullptr) {
-    // Step start (serving.md §8.4): every scheduled token's rows, and the next chunks' rows.
-    BuildEngramLookAhead(scheduled);
-    engram_prefetch_->StartStep(batch.engram_rows, batch.num_tokens(), engram_ahead_);
-  }
-  const Status forward = model_.model->Forward(batch, storage_->view(), logits_, ctx_, nullptr,
-                                               main_hidden_, engram_prefetch_.get());
-  if (engram_prefetch_ != nullptr) {
-    engram_prefetch_->FinishStep();  // none of this step's reads is in flight any more
-    if (!forward.ok() && engram_prefetch_->step_failed()) {
-      // The storage failed, not the batch: the drafts leave the histories, these requests fail,
-      // the engine serves on.
-      for (size_t i = 0; i < num_scheduled; ++i) {
-        DSV41_CHECK(scheduled.scheduled[i].request->history.Truncate(committed[i]).ok(),
-                    "history of request %llu",
-                    static_cast<unsigned long long>(scheduled.scheduled[i].request->id));
-      }
-      FailStep(scheduled, forward, outputs, num_outputs);
-      return Status();
-    }
+  const Status forward = runner_->Run(scheduled);
+  if (!forward.ok() && runner_->engram_storage_failed()) {
+    // The storage failed, not the batch: the drafts leave the histories, these requests fail,
+    // the engine serves on.
+    TruncateToCommitted(scheduled);
+    FailStep(scheduled, forward, outputs, num_outputs);
+    return Status();
   }
   DSV41_RETURN_IF_ERROR(forward);
 
-  SchedulerOutput& kept = kept_;
-  kept.scheduled.assign(scheduled.scheduled.begin(), scheduled.scheduled.end());
-  kept.num_tokens = scheduled.num_tokens;
+  kept_.scheduled.assign(scheduled.scheduled.begin(), scheduled.scheduled.end());
+  kept_.num_tokens = scheduled.num_tokens;
+  finished_.clear();
+  ready_.clear();
   size_t logit_idx = 0;
   bool any_verify = false;
-  std::vector<Request*>& finished = finished_;
-  std::vector<Request*>& ready = ready_;
-  finished.clear();
-  ready.clear();
-  for (size_t i = 0; i < num_scheduled; ++i) {
-    Request& r = *scheduled.scheduled[i].request;
-    const BatchRequest& br = batch.requests[i];
-    const int64_t start = br.start_pos;
-    const int64_t end = start + br.num_tokens;
-    DSV41_CHECK(r.history.Truncate(committed[i]).ok(), "history of request %llu",
-                static_cast<unsigned long long>(r.id));
+  for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
     RequestOutput& out = NextOutput(outputs, num_outputs);
-    out.request_id = r.id;
-    out.num_prompt_tokens = r.num_prompt_tokens;
-    out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
-    const bool completes = end == committed[i] + static_cast<int64_t>(drafts[i].size());
-    size_t first_verify = 0;  // logit index of the row at position committed − 1
-    while (logit_idx < batch.logit_rows.size() &&
-           batch.logit_rows[logit_idx] < br.first_row + br.num_tokens) {
-      const int64_t pos = start + (batch.logit_rows[logit_idx] - br.first_row);
-      if (r.prompt_logits && pos < r.num_prompt_tokens) {
-        const std::span<const float> row =
-            std::span<const float>(logits_).subspan(logit_idx * vocab, vocab);
-        out.prompt_logits.insert(out.prompt_logits.end(), row.begin(), row.end());
-      }
-      if (pos == committed[i] - 1) first_verify = logit_idx;
-      ++logit_idx;
-    }
-    int64_t kept_end = end;
-    if (completes) {
-      const int32_t num_drafts = static_cast<int32_t>(drafts[i].size());
-      const int32_t accepted = Verify(
-          r,
-          std::span<const float>(logits_).subspan(first_verify * vocab, (num_drafts + 1) * vocab),
-          drafts[i], out);
-      if (num_drafts > 0) {
-        any_verify = true;
-        ++stats_.num_verifies;
-        stats_.num_draft_tokens += static_cast<uint64_t>(num_drafts);
-        stats_.num_accepted_tokens += static_cast<uint64_t>(accepted);
-        for (int32_t j = 0; j < num_drafts; ++j) ++stats_.drafts_at_position[j];
-        const uint64_t pauses = r.guard.num_pauses();
-        r.guard.OnVerify(num_drafts, accepted);
-        stats_.num_guard_pauses += r.guard.num_pauses() - pauses;
-      }
-      // Rows are valid up to the last accepted draft: the rest is rolled back (model.md §11.5).
-      kept_end = std::min(end, committed[i] + accepted);
-      if (kept_end < end) kv_->Truncate(r.blocks, kept_end);
-    }
-    kept.scheduled[i].num_new_tokens = static_cast<int32_t>(kept_end - start);
-    // model.md §11.3: every kept position seeds the draft windows (rejected ones never do).
-    if (seeds_drafts_) {
-      const size_t width = static_cast<size_t>(model_.model->MainHiddenWidth());
-      StageSeedRows(r,
-                    std::span<const float>(main_hidden_)
-                        .subspan(static_cast<size_t>(br.first_row) * width,
-                                 static_cast<size_t>(kept_end - start) * width),
-                    start, kept_end);
-    }
-    if (r.status == RequestStatus::kFinished) {
-      finished.push_back(&r);
-    } else if (completes) {
-      ready.push_back(&r);
-    }
+    any_verify |= UpdateRequest(i, logit_idx, out);
     if (!out.new_token_ids.empty() || !out.prompt_logits.empty() ||
         out.finish != FinishReason::kNone) {
       ++num_outputs;  // kept; else the slot is reused
     }
   }
   // Before Update offers the completed blocks to the prefix cache.
-  DSV41_RETURN_IF_ERROR(SeedStaged());
-  scheduler_->Update(kept);
+  DSV41_RETURN_IF_ERROR(proposer_->SeedStaged());
+  scheduler_->Update(kept_);
   if (any_verify) ++stats_.num_verify_steps;
   if (options_.speculative.method != SpeculativeMethod::kOff) {
-    DSV41_RETURN_IF_ERROR(ProposeDrafts(ready));
+    DSV41_RETURN_IF_ERROR(proposer_->ProposeDrafts(ready_));
   }
-  for (Request* r : finished) {
-    scheduler_->Remove(r);
-    requests_.erase(r->id);
+  for (Request* r : finished_) Remove(*r);
+  return Status();
+}
+
+Status Engine::AppendScheduledDrafts(const SchedulerOutput& scheduled) {
+  const size_t num_scheduled = scheduled.scheduled.size();
+  committed_.resize(num_scheduled);
+  if (drafts_.size() < num_scheduled) drafts_.resize(num_scheduled);
+  for (size_t i = 0; i < num_scheduled; ++i) {
+    const ScheduledRequest& s = scheduled.scheduled[i];
+    Request& r = *s.request;
+    committed_[i] = r.num_tokens();
+    const int64_t num_drafts = r.num_computed + s.num_new_tokens - committed_[i];
+    if (num_drafts > 0) {
+      DSV41_CHECK(num_drafts <= static_cast<int64_t>(r.draft_tokens.size()),
+                  "request %llu: %lld drafts scheduled, %zu proposed",
+                  static_cast<unsigned long long>(r.id), static_cast<long long>(num_drafts),
+                  r.draft_tokens.size());
+      drafts_[i].assign(r.draft_tokens.begin(), r.draft_tokens.begin() + num_drafts);
+      DSV41_RETURN_IF_ERROR(r.history.Append(
+          drafts_[i], std::span<const int32_t>(r.draft_classes).subspan(0, num_drafts)));
+    } else {
+      drafts_[i].clear();
+    }
+    r.draft_tokens.clear();
+    r.draft_classes.clear();
   }
   return Status();
+}
+
+void Engine::TruncateToCommitted(const SchedulerOutput& scheduled) {
+  for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
+    const Request& r = *scheduled.scheduled[i].request;
+    DSV41_CHECK(scheduled.scheduled[i].request->history.Truncate(committed_[i]).ok(),
+                "history of request %llu", static_cast<unsigned long long>(r.id));
+  }
+}
+
+bool Engine::UpdateRequest(size_t i, size_t& logit_idx, RequestOutput& out) {
+  Request& r = *scheduled_.scheduled[i].request;
+  const Batch& batch = runner_->batch();
+  const std::span<const float> logits = runner_->logits();
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  const BatchRequest& br = batch.requests[i];
+  const int64_t start = br.start_pos;
+  const int64_t end = start + br.num_tokens;
+  const std::vector<int32_t>& drafts = drafts_[i];
+  DSV41_CHECK(r.history.Truncate(committed_[i]).ok(), "history of request %llu",
+              static_cast<unsigned long long>(r.id));
+  out.request_id = r.id;
+  out.num_prompt_tokens = r.num_prompt_tokens;
+  out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
+  const bool completes = end == committed_[i] + static_cast<int64_t>(drafts.size());
+  size_t first_verify = 0;  // logit index of the row at position committed − 1
+  while (logit_idx < batch.logit_rows.size() &&
+         batch.logit_rows[logit_idx] < br.first_row + br.num_tokens) {
+    const int64_t pos = start + (batch.logit_rows[logit_idx] - br.first_row);
+    if (r.prompt_logits && pos < r.num_prompt_tokens) {
+      const std::span<const float> row = logits.subspan(logit_idx * vocab, vocab);
+      out.prompt_logits.insert(out.prompt_logits.end(), row.begin(), row.end());
+    }
+    if (pos == committed_[i] - 1) first_verify = logit_idx;
+    ++logit_idx;
+  }
+  bool verified = false;
+  int64_t kept_end = end;
+  if (completes) {
+    const int32_t num_drafts = static_cast<int32_t>(drafts.size());
+    const int32_t accepted =
+        Verify(r, logits.subspan(first_verify * vocab, (num_drafts + 1) * vocab), drafts, out);
+    if (num_drafts > 0) {
+      verified = true;
+      ++stats_.num_verifies;
+      stats_.num_draft_tokens += static_cast<uint64_t>(num_drafts);
+      stats_.num_accepted_tokens += static_cast<uint64_t>(accepted);
+      for (int32_t j = 0; j < num_drafts; ++j) ++stats_.drafts_at_position[j];
+      const uint64_t pauses = r.guard.num_pauses();
+      r.guard.OnVerify(num_drafts, accepted);
+      stats_.num_guard_pauses += r.guard.num_pauses() - pauses;
+    }
+    // Rows are valid up to the last accepted draft: the rest is rolled back (model.md §11.5).
+    kept_end = std::min(end, committed_[i] + accepted);
+    if (kept_end < end) kv_->Truncate(r.blocks, kept_end);
+  }
+  kept_.scheduled[i].num_new_tokens = static_cast<int32_t>(kept_end - start);
+  // model.md §11.3: every kept position seeds the draft windows (rejected ones never do).
+  if (seeds_drafts_) {
+    const size_t width = static_cast<size_t>(runner_->main_hidden_width());
+    proposer_->StageSeedRows(
+        r,
+        runner_->main_hidden().subspan(static_cast<size_t>(br.first_row) * width,
+                                       static_cast<size_t>(kept_end - start) * width),
+        start, kept_end);
+  }
+  if (r.status == RequestStatus::kFinished) {
+    finished_.push_back(&r);
+  } else if (completes) {
+    ready_.push_back(&r);
+  }
+  return verified;
+}
+
+void Engine::Remove(Request& r) {
+  scheduler_->Remove(&r);
+  proposer_->Forget(r.id);
+  requests_.erase(r.id);
 }
 
 RequestOutput& Engine::NextOutput(std::vector<RequestOutput>& outputs, size_t n) const {
@@ -677,9 +484,12 @@ EngineStats Engine::stats() const {
   s.total_blocks = kv_->pool().num_blocks();
   s.running = scheduler_->num_running();
   s.waiting = scheduler_->num_waiting();
-  s.weight_bytes = exec_stats_.weight_bytes;
-  s.weight_macs = exec_stats_.weight_macs;
-  if (engram_prefetch_ != nullptr) s.engram_fetch = engram_prefetch_->stats();
+  s.weight_bytes = runner_->exec_stats().weight_bytes;
+  s.weight_macs = runner_->exec_stats().weight_macs;
+  s.num_draft_forwards = proposer_->stats().num_draft_forwards;
+  s.num_seed_calls = proposer_->stats().num_seed_calls;
+  s.num_seeded_rows = proposer_->stats().num_seeded_rows;
+  s.engram_fetch = runner_->engram_fetch_stats();
   if (model_.engram_storage != nullptr) s.engram_store = model_.engram_storage->counters();
   return s;
 }
@@ -692,7 +502,7 @@ Result<RequestState> Engine::InspectRequest(uint64_t request_id) const {
     return NotFoundError("request %llu is not running or waiting",
                          static_cast<unsigned long long>(request_id));
   }
-  return ReadRequestState(storage_->view(), *plan_, *it->second, model_.config().sliding_window);
+  return ReadRequestState(runner_->cache(), *plan_, *it->second, model_.config().sliding_window);
 }
 
 double EngineStats::acceptance_rate() const {

@@ -1,9 +1,11 @@
 #pragma once
 
-// The engine loop (serving.md §1, §6; vLLM V1's EngineCore): requests come in as token ids with
-// sampling parameters; each Step schedules, runs one forward over the whole flattened batch through
-// the paged KV cache, samples every request that reached the end of its tokens, and reports new
-// tokens, streamed text and finish reasons. A bad request fails alone; the others keep running.
+// The engine core (serving.md §1, §6; vLLM V1's EngineCore): requests come in as token ids with
+// sampling parameters; each Step schedules (Scheduler), runs one forward over the whole flattened
+// batch through the paged KV cache (ModelRunner), verifies and samples every request that reached
+// the end of its tokens, updates the scheduler, and lets the DraftProposer draft the next step. It
+// reports new tokens, streamed text and finish reasons. A bad request fails alone; the others keep
+// running.
 
 #include <cstdint>
 #include <map>
@@ -14,8 +16,10 @@
 #include "base/exec_context.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/draft_proposer.h"
 #include "engine/engram_prefetch.h"
 #include "engine/loaded_model.h"
+#include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/request_state.h"
 #include "engine/sampler.h"
@@ -153,15 +157,12 @@ class Engine {
   Result<RequestState> InspectRequest(uint64_t request_id) const;
 
  private:
-  Engine(const LoadedTextModel& model, const EngineOptions& options, ThreadPool& pool)
-      : model_(model),
-        options_(options),
-        // Sized for a full step up front (pages are touched only when used), capped so that a
-        // huge token budget does not reserve address space it will never need.
-        arena_(std::min<size_t>(model.model->StepScratchBytes(options.max_num_batched_tokens),
-                                size_t{1} << 30)),
-        ctx_{pool, arena_, options.numerics, &exec_stats_} {}
+  Engine(const LoadedTextModel& model, const EngineOptions& options)
+      : model_(model), options_(options) {}
 
+  // Plans the cache and sizes the pool (layout_); makes the runner, the KV manager, the scheduler
+  // and the proposer over it.
+  Status Build(ThreadPool& pool);
   // Appends request `r`'s next token `s` (sampled, or an accepted draft) and applies the stop
   // rules.
   void Emit(Request& r, const SampledToken& s, RequestOutput& out);
@@ -170,33 +171,22 @@ class Engine {
   // Returns the drafts accepted and emitted.
   int32_t Verify(Request& r, std::span<const float> logits, std::span<const int32_t> drafts,
                  RequestOutput& out);
-  // Proposes the next step's drafts of the requests now ready to decode (serving.md §7.1: right
-  // after sampling; DSpark runs for all of them at once).
-  Status ProposeDrafts(const std::vector<Request*>& ready);
-  // DSpark window seeding of r's kept positions [start, end), whose main_hidden rows are `rows`:
-  // staged for this step's SeedStaged, together with any rows r deferred before — or, while r's
-  // guard pauses drafting, deferred itself, as long as they stay inside one incomplete block and
-  // under kMaxDeferredSeeds rows. So a full block is seeded before it can be offered to the prefix
-  // cache, and a request seeds what it held back in the step before it resumes drafting (the
-  // guard lets it draft only after a step in which it was not paused).
-  void StageSeedRows(Request& r, std::span<const float> rows, int64_t start, int64_t end);
-  // Stages r's deferred rows, if any.
-  void StagePendingSeeds(Request& r);
-  // One SeedWindows over everything staged since the last call.
-  Status SeedStaged();
-  // Stores `tokens` (cut at the first id outside the vocabulary or the Engram map) as r's drafts.
-  void SetDrafts(Request& r, std::span<const int32_t> tokens);
+  // A decode scheduled with drafts verifies them: they join the history for this forward only
+  // (Engram rows and the batch read it by position) and leave it before verification. Fills
+  // committed_ (each history's length before its drafts) and drafts_.
+  Status AppendScheduledDrafts(const SchedulerOutput& scheduled);
+  // Takes the drafts out of the histories again.
+  void TruncateToCommitted(const SchedulerOutput& scheduled);
+  // After the forward, scheduled request i: its prompt logits, verify and sampling, the rollback
+  // of rejected rows, the seeding of kept ones; kept_, finished_ and ready_ learn the outcome.
+  // logit_idx walks the batch's logit rows. Returns whether it verified drafts.
+  bool UpdateRequest(size_t i, size_t& logit_idx, RequestOutput& out);
   // Ends `r` with `reason`; flush_text emits the text held back for an incomplete character or a
   // possible stop string (not after a stop string or an error).
   void Finish(Request& r, FinishReason reason, RequestOutput& out, bool flush_text = true,
               std::string error = {});
-  // committed[i]: scheduled request i's history length before its drafts were appended; rows
-  // from position committed − 1 on get logits when the step reaches the history's end.
-  // Fills `batch` (cleared first, its capacity kept).
-  Status BuildBatch(const SchedulerOutput& scheduled, std::span<const int64_t> committed,
-                    Batch& batch);
-  // The Engram rows of the chunks the prefilling requests of `scheduled` will run next step.
-  void BuildEngramLookAhead(const SchedulerOutput& scheduled);
+  // Drops an ended request (scheduler, proposer, the request table).
+  void Remove(Request& r);
   // A step whose Engram rows could not be read: its requests end with `error`, their blocks are
   // freed unoffered to the prefix cache.
   void FailStep(const SchedulerOutput& scheduled, const Status& error,
@@ -206,13 +196,11 @@ class Engine {
 
   const LoadedTextModel& model_;
   EngineOptions options_;
-  StepArena arena_;  // the forward's scratch, reset every step
-  ExecStats exec_stats_;
-  ExecContext ctx_;
   std::unique_ptr<CachePlan> plan_;
-  std::unique_ptr<KvCacheStorage> storage_;
+  std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DraftProposer> proposer_;
   EngineLayout layout_;
   int32_t eos_token_id_ = -1;
   uint64_t next_id_ = 1;
@@ -223,26 +211,14 @@ class Engine {
   std::string text_delta_;           // Emit's detokenized text (capacity kept)
   size_t max_token_text_bytes_ = 0;  // the most text one token streams
   EngineStats stats_;
-  bool seeds_drafts_ = false;       // DSpark on: the main forward records main_hidden
-  std::vector<float> main_hidden_;  // [rows, MainHiddenWidth()], reused every step
+  bool seeds_drafts_ = false;  // DSpark on: the main forward records main_hidden
   // Reused every step (their capacity kept), so a steady-state step allocates nothing.
   SchedulerOutput scheduled_;
   SchedulerOutput kept_;                      // scheduled_ with the positions verification kept
   std::vector<int64_t> committed_;            // per scheduled request: history length before drafts
   std::vector<std::vector<int32_t>> drafts_;  // per scheduled request: the drafts it verifies
-  Batch batch_;
   std::vector<Request*> finished_;
   std::vector<Request*> ready_;  // decodes that may draft for the next step
-  std::vector<Request*> dspark_requests_;
-  std::vector<int32_t> dspark_budget_;
-  std::vector<int32_t> proposal_;
-  std::vector<DraftRequest> draft_inputs_;
-  std::vector<float> seed_rows_;                       // main_hidden rows staged for SeedStaged
-  std::vector<BatchRequest> seed_requests_;            // their layout by request
-  std::vector<float> logits_;                          // [logit rows, vocab], reused every step
-  DraftResult drafted_;                                // the last DSpark draft, reused every step
-  std::unique_ptr<EngramPrefetcher> engram_prefetch_;  // null without Engram layers
-  std::vector<int64_t> engram_ahead_;                  // look-ahead rows, capacity kept
 };
 
 }  // namespace dsv41

@@ -49,12 +49,6 @@ struct Request {
   std::vector<int32_t> draft_tokens;
   std::vector<int32_t> draft_classes;
   DraftGuard guard{DraftGuard::Options{}};
-  // DSpark window seeding deferred while the guard pauses drafting (Engine::StageSeedRows): the
-  // main_hidden rows, as bf16 bits (they are bf16 values), of positions seed_start .. in order,
-  // all inside one block that is not yet complete.
-  int64_t seed_start = 0;
-  int64_t num_pending_seeds = 0;
-  std::vector<uint16_t> pending_main_hidden;
 
   int64_t num_tokens() const { return history.size(); }
   int32_t num_output_tokens() const {
