@@ -21,6 +21,7 @@
 #include "base/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
+#include "engine/model_runner.h"
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
 #include "kv/cache_plan.h"
@@ -112,12 +113,16 @@ TEST(DecodeAllocationTest, SteadyStateDecodeForwardsAllocateNothing) {
   const auto run = [&](int32_t start, int32_t n, bool count) {
     classes.resize(ids.size());
     ASSERT_TRUE(MapTokensToEngramClasses(m->token_map, ids, classes).ok());
-    batch.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
-    batch.requests.assign(1, cache->Request(0, n, start));
-    batch.logit_rows.assign(1, n - 1);
-    batch.engram_rows.resize(static_cast<size_t>(n) * m->engram.num_layers() *
-                             m->engram.num_cols());
-    ComputeEngramRows(m->engram, classes, {}, start, n, batch.engram_rows);
+    ClearBatch(batch);
+    AppendToBatch(m->engram,
+                  BatchSlice{.token_ids = ids,
+                             .class_ids = classes,
+                             .dead = {},
+                             .start = start,
+                             .num_tokens = n,
+                             .block_tables = cache->block_tables(),
+                             .logits_from = start + n - 1},
+                  batch);
     logits.resize(static_cast<size_t>(model.vocab_size()));
     g_allocations = 0;
     g_counting = count;
@@ -168,16 +173,17 @@ TEST(DecodeAllocationTest, SteadyStateDsparkDecodeStepsAllocateNothing) {
   const auto run = [&](int32_t start, int32_t n, bool count) {
     classes.resize(ids.size());
     ASSERT_TRUE(MapTokensToEngramClasses(m->token_map, ids, classes).ok());
-    batch.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
-    batch.requests.assign(
-        1,
-        BatchRequest{.first_row = 0, .num_tokens = n, .start_pos = start, .block_tables = tables});
-    batch.logit_rows.assign(1, n - 1);
-    batch.main_hidden_rows.resize(n);
-    for (int32_t r = 0; r < n; ++r) batch.main_hidden_rows[r] = r;
-    batch.engram_rows.resize(static_cast<size_t>(n) * m->engram.num_layers() *
-                             m->engram.num_cols());
-    ComputeEngramRows(m->engram, classes, {}, start, n, batch.engram_rows);
+    ClearBatch(batch);
+    AppendToBatch(m->engram,
+                  BatchSlice{.token_ids = ids,
+                             .class_ids = classes,
+                             .dead = {},
+                             .start = start,
+                             .num_tokens = n,
+                             .block_tables = tables,
+                             .logits_from = start + n - 1,
+                             .main_hidden = true},
+                  batch);
     main_hidden.resize(static_cast<size_t>(n) * model.MainHiddenWidth());
     g_allocations = 0;
     g_counting = count;

@@ -21,6 +21,7 @@
 
 #include "base/thread_pool.h"
 #include "engine/loaded_model.h"
+#include "engine/model_runner.h"
 #include "engine_runner.h"
 #include "engram/row_ids.h"
 #include "kv/kv_layout.h"
@@ -136,12 +137,15 @@ class EngineTest : public ::testing::Test {
     int32_t n = static_cast<int32_t>(ids.size());
     while (static_cast<int32_t>(generated.size()) < num_generated) {
       Batch batch;
-      batch.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
-      batch.requests.push_back(cache->Request(0, n, start));
-      for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
-      batch.engram_rows.resize(static_cast<size_t>(n) * model_->engram.num_layers() *
-                               model_->engram.num_cols());
-      ComputeEngramRows(model_->engram, classes, {}, start, n, batch.engram_rows);
+      AppendToBatch(model_->engram,
+                    BatchSlice{.token_ids = ids,
+                               .class_ids = classes,
+                               .dead = {},
+                               .start = start,
+                               .num_tokens = n,
+                               .block_tables = cache->block_tables(),
+                               .logits_from = start},
+                    batch);
       std::vector<float> logits(static_cast<size_t>(n) * vocab);
       StepArena arena;
       ExecContext ctx{*pool_, arena};

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "engine/model_runner.h"
 #include "engram/hash_constants.h"
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
@@ -93,16 +94,22 @@ class ForwardTest : public ::testing::Test {
     return ids;
   }
 
-  // Appends the Engram rows of request tokens ids[start .. start + n − 1] (the request's whole
-  // token list is `ids`; only positions <= the current one are read) to batch.engram_rows.
-  static void AddEngramRows(const std::vector<int32_t>& ids, int32_t start, int32_t n,
-                            Batch& batch) {
+  // Appends positions [start, start + n) of the request whose tokens are `ids` to `batch`
+  // (AppendToBatch, its Engram rows from ids' classes); rows from logits_from on get logits.
+  static void AppendSlice(const std::vector<int32_t>& ids, int32_t start, int32_t n,
+                          std::span<const std::vector<uint32_t>> block_tables, int64_t logits_from,
+                          Batch& batch) {
     std::vector<int32_t> classes(ids.size());
     ASSERT_TRUE(MapTokensToEngramClasses(*token_map_, ids, classes).ok());
-    std::vector<int64_t> rows(static_cast<size_t>(n) * constants_->num_layers() *
-                              constants_->num_cols());
-    ComputeEngramRows(*constants_, classes, {}, start, n, rows);
-    batch.engram_rows.insert(batch.engram_rows.end(), rows.begin(), rows.end());
+    AppendToBatch(*constants_,
+                  BatchSlice{.token_ids = ids,
+                             .class_ids = classes,
+                             .dead = {},
+                             .start = start,
+                             .num_tokens = n,
+                             .block_tables = block_tables,
+                             .logits_from = logits_from},
+                  batch);
   }
 
   // Runs `ids` through one request in chunks of `chunk` tokens; returns every position's logits.
@@ -129,10 +136,7 @@ class ForwardTest : public ::testing::Test {
     for (int32_t start = 0; start < static_cast<int32_t>(ids.size()); start += chunk) {
       const int32_t n = std::min<int32_t>(chunk, static_cast<int32_t>(ids.size()) - start);
       Batch batch;
-      batch.token_ids.assign(ids.begin() + start, ids.begin() + start + n);
-      batch.requests.push_back(cache.Request(0, n, start));
-      for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
-      AddEngramRows(ids, start, n, batch);
+      AppendSlice(ids, start, n, cache.block_tables(), start, batch);
       std::vector<float> logits(static_cast<size_t>(n) * vocab);
       const Status s = model_->Forward(batch, cache.view(), logits, ctx);
       EXPECT_TRUE(s.ok()) << s.ToString();
@@ -210,12 +214,7 @@ TEST_F(ForwardTest, BatchOfTwoRequestsEqualsEachAlone) {
         for (auto& [request_idx, src] : parts) {
           const auto& [ids, start] = src;
           const int32_t n = request_idx == 0 ? n_a : static_cast<int32_t>(ids->size()) - start;
-          const int32_t first = batch.num_tokens();
-          batch.token_ids.insert(batch.token_ids.end(), ids->begin() + start,
-                                 ids->begin() + start + n);
-          batch.requests.push_back(cache.Request(first, n, start, request_idx));
-          for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(first + r);
-          AddEngramRows(*ids, start, n, batch);
+          AppendSlice(*ids, start, n, cache.block_tables(request_idx), start, batch);
         }
         std::vector<float> logits(batch.logit_rows.size() * vocab);
         const Status s = model_->Forward(batch, cache.view(), logits, Serial());
@@ -239,10 +238,7 @@ TEST_F(ForwardTest, LogitRowsSelectRows) {
   const int32_t vocab = model_->vocab_size();
   ContiguousKvCache cache = NewCache();
   Batch batch;
-  batch.token_ids = ids;
-  batch.requests.push_back(cache.Request(0, 6, 0));
-  batch.logit_rows = {5};
-  AddEngramRows(ids, 0, 6, batch);
+  AppendSlice(ids, 0, 6, cache.block_tables(), 5, batch);
   std::vector<float> last(vocab);
   ASSERT_TRUE(model_->Forward(batch, cache.view(), last, Serial()).ok());
   EXPECT_TRUE(SameBits(last, std::vector<float>(all.end() - vocab, all.end())));
@@ -252,10 +248,7 @@ TEST_F(ForwardTest, RefusesMalformedBatches) {
   ContiguousKvCache cache = NewCache();
   std::vector<float> logits(model_->vocab_size());
   Batch batch;
-  batch.token_ids = {5, 6};
-  batch.requests.push_back(cache.Request(0, 2, 0));
-  batch.logit_rows = {1};
-  AddEngramRows(batch.token_ids, 0, 2, batch);
+  AppendSlice({5, 6}, 0, 2, cache.block_tables(), 1, batch);
   auto forward = [&] { return model_->Forward(batch, cache.view(), logits, Serial()); };
 
   // A block table that ends before the step's positions (no block id for positions 64..65).

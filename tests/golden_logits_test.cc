@@ -24,6 +24,7 @@
 #include "base/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
+#include "engine/model_runner.h"
 #include "engram/hash_constants.h"
 #include "engram/row_ids.h"
 #include "engram/token_map.h"
@@ -55,19 +56,23 @@ class Session {
     const int32_t n = static_cast<int32_t>(ids.size());
     const int32_t start = num_positions_;
     num_positions_ += n;
-    Batch batch;
-    batch.token_ids = ids;
-    batch.requests.push_back(cache_.Request(0, n, start));
-    for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
+    token_ids_.insert(token_ids_.end(), ids.begin(), ids.end());
     if (constants_.num_layers() > 0) {
       std::vector<int32_t> classes(ids.size());
       EXPECT_TRUE(MapTokensToEngramClasses(map_, ids, classes).ok());
       class_ids_.insert(class_ids_.end(), classes.begin(), classes.end());
-      batch.engram_rows.resize(static_cast<size_t>(n) * constants_.num_layers() *
-                               constants_.num_cols());
-      ComputeEngramRows(constants_, class_ids_, {}, start, n, batch.engram_rows);
-      rows_.insert(rows_.end(), batch.engram_rows.begin(), batch.engram_rows.end());
     }
+    Batch batch;
+    AppendToBatch(constants_,
+                  BatchSlice{.token_ids = token_ids_,
+                             .class_ids = class_ids_,
+                             .dead = {},
+                             .start = start,
+                             .num_tokens = n,
+                             .block_tables = cache_.block_tables(),
+                             .logits_from = start},
+                  batch);
+    rows_.insert(rows_.end(), batch.engram_rows.begin(), batch.engram_rows.end());
     std::vector<float> logits(static_cast<size_t>(n) * model_.vocab_size());
     const Status s = model_.Forward(batch, cache_.view(), logits, ctx, trace);
     EXPECT_TRUE(s.ok()) << s.ToString();
@@ -83,6 +88,7 @@ class Session {
   const EngramHashConstants& constants_;
   ContiguousKvCache cache_;
   int32_t num_positions_ = 0;
+  std::vector<int32_t> token_ids_;  // every position fed so far
   std::vector<int32_t> class_ids_;
   std::vector<int64_t> rows_;
 };

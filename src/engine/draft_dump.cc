@@ -3,23 +3,19 @@
 #include <algorithm>
 
 #include "engine/engram_prefetch.h"
+#include "engine/model_runner.h"
 #include "engram/row_ids.h"
 #include "kv/cache_plan.h"
 #include "kv/kv_layout.h"
 
 namespace dsv41 {
 
-Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32_t> prompt,
-                             int32_t steps, ExecContext& ctx, bool engram_prefetch) {
-  if (model.dspark == nullptr) {
-    return InvalidArgumentError("the model was loaded without its DSpark stages");
-  }
-  const TextModel& text = *model.model;
-  const DsparkModel& dspark = *model.dspark;
-  const ModelConfig& config = text.config();
-  const int32_t vocab = config.vocab_size;
-  const int32_t block = dspark.block_size();
+namespace {
+
+// The prompt is non-empty and inside the vocabulary, and prompt + steps fit the positions.
+Status CheckDumpInput(const ModelConfig& config, std::span<const int32_t> prompt, int32_t steps) {
   const int64_t num_positions = static_cast<int64_t>(prompt.size()) + steps;
+  const int32_t vocab = config.vocab_size;
   if (prompt.empty() || steps < 1) {
     return InvalidArgumentError("--ids needs at least one token and --steps at least 1");
   }
@@ -33,6 +29,23 @@ Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32
       return InvalidArgumentError("--ids: token %zu is %d, outside [0, %d)", i, prompt[i], vocab);
     }
   }
+  return Status();
+}
+
+}  // namespace
+
+Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32_t> prompt,
+                             int32_t steps, ExecContext& ctx, bool engram_prefetch) {
+  if (model.dspark == nullptr) {
+    return InvalidArgumentError("the model was loaded without its DSpark stages");
+  }
+  const TextModel& text = *model.model;
+  const DsparkModel& dspark = *model.dspark;
+  const ModelConfig& config = text.config();
+  const int32_t vocab = config.vocab_size;
+  const int32_t block = dspark.block_size();
+  const int64_t num_positions = static_cast<int64_t>(prompt.size()) + steps;
+  DSV41_RETURN_IF_ERROR(CheckDumpInput(config, prompt, steps));
 
   // One request's cache, every group's blocks consecutive, with the draft windows.
   CachePlanOptions plan_options;
@@ -68,16 +81,16 @@ Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32
   auto feed = [&](int32_t start) -> Result<int32_t> {
     const int32_t n = static_cast<int32_t>(ids.size()) - start;
     Batch batch;
-    batch.token_ids.assign(ids.begin() + start, ids.end());
-    batch.requests.push_back(
-        BatchRequest{.first_row = 0, .num_tokens = n, .start_pos = start, .block_tables = tables});
-    batch.logit_rows.push_back(n - 1);
-    for (int32_t r = 0; r < n; ++r) batch.main_hidden_rows.push_back(r);
-    batch.engram_rows.resize(static_cast<size_t>(n) * model.engram.num_layers() *
-                             model.engram.num_cols());
-    if (model.engram.num_layers() > 0) {
-      ComputeEngramRows(model.engram, classes, {}, start, n, batch.engram_rows);
-    }
+    AppendToBatch(model.engram,
+                  BatchSlice{.token_ids = ids,
+                             .class_ids = classes,
+                             .dead = {},
+                             .start = start,
+                             .num_tokens = n,
+                             .block_tables = tables,
+                             .logits_from = static_cast<int64_t>(ids.size()) - 1,
+                             .main_hidden = true},
+                  batch);
     std::vector<float> logits(vocab);
     std::vector<float> main_hidden(static_cast<size_t>(n) * width);
     if (engram != nullptr) engram->StartStep(batch.engram_rows, n);

@@ -125,6 +125,10 @@ class ContiguousKvCache {
   // first_row.
   BatchRequest Request(int32_t first_row, int32_t num_tokens, int32_t start_pos,
                        int32_t request_idx = 0) const;
+  // Request `request_idx`'s block tables (one per group).
+  std::span<const std::vector<uint32_t>> block_tables(int32_t request_idx = 0) const {
+    return tables_[static_cast<size_t>(request_idx)];
+  }
   // Decoded stored rows of request 0: `layer`'s SWA row of `pos`; kv source `layer`'s entry
   // `entry_idx`.
   std::vector<float> SwaRow(int32_t layer, int32_t pos) const;
