@@ -23,7 +23,6 @@
 #include "engine/loaded_model.h"
 #include "server/api_common.h"
 #include "server/engine_loop.h"
-#include "server/generation_backend.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scripted_backend.h"

@@ -476,7 +476,13 @@ RequestOutput& Engine::NextOutput(std::vector<RequestOutput>& outputs, size_t n)
 }
 
 EngineStats Engine::stats() const {
-  EngineStats s = stats_;
+  EngineStats s;
+  ReadStats(s);
+  return s;
+}
+
+void Engine::ReadStats(EngineStats& s) const {
+  s = stats_;
   s.prefix_queried_tokens = kv_->stats().queried_tokens;
   s.prefix_hit_tokens = kv_->stats().hit_tokens;
   s.free_blocks = kv_->pool().num_free();
@@ -489,9 +495,8 @@ EngineStats Engine::stats() const {
   s.num_draft_forwards = proposer_->stats().num_draft_forwards;
   s.num_seed_calls = proposer_->stats().num_seed_calls;
   s.num_seeded_rows = proposer_->stats().num_seeded_rows;
-  s.engram_fetch = runner_->engram_fetch_stats();
+  runner_->ReadEngramFetchStats(s.engram_fetch);
   if (model_.engram_storage != nullptr) s.engram_store = model_.engram_storage->counters();
-  return s;
 }
 
 Status Engine::CheckConsistency() const { return kv_->CheckConsistency(); }

@@ -219,9 +219,15 @@ bool EngramPrefetcher::step_failed() const {
   return failed_;
 }
 
-EngramFetchStats EngramPrefetcher::stats() const {
+void EngramPrefetcher::ReadStats(EngramFetchStats& out) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  out = stats_;
+}
+
+EngramFetchStats EngramPrefetcher::stats() const {
+  EngramFetchStats s;
+  ReadStats(s);
+  return s;
 }
 
 std::unique_ptr<EngramPrefetcher> MakeEngramPrefetcher(const EngramStorage* storage,

@@ -23,29 +23,11 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/engram_fetch_stats.h"
 #include "engram/engram_store.h"
 #include "model/engram_fusion.h"
 
 namespace dsv41 {
-
-// Bucket upper bounds (ms) of the per-layer fetch latency histogram; a last bucket is +Inf.
-inline constexpr std::array<double, 10> kEngramFetchLatencyBucketsMs = {0.1, 0.25, 0.5, 1,   2.5,
-                                                                        5,   10,   25,  100, 1000};
-
-// Cumulative since the prefetcher was made.
-struct EngramFetchStats {
-  uint64_t steps = 0;
-  uint64_t rows_requested = 0;     // token × column slots of every Engram layer
-  uint64_t rows_deduplicated = 0;  // of those, repeats of a row already in the step (not fetched)
-  uint64_t rows_ahead = 0;         // rows of next prefill chunks warmed into the cache
-  uint64_t fetch_errors = 0;       // steps whose rows could not be read
-  // Per layer fetch latency (submission to completion), histogram over the buckets above.
-  std::array<uint64_t, kEngramFetchLatencyBucketsMs.size() + 1> fetch_latency_counts{};
-  uint64_t fetch_latency_count = 0;
-  double fetch_latency_sum_ms = 0;
-  // Time the forward waited for rows, per Engram slot (ms, summed over steps).
-  std::vector<double> wait_ms_per_layer;
-};
 
 class EngramPrefetcher final : public EngramStepRows {
  public:
@@ -73,6 +55,8 @@ class EngramPrefetcher final : public EngramStepRows {
 
   bool prefetch() const { return prefetch_; }
   EngramFetchStats stats() const;
+  // The same into `out`, reusing its buffers (no allocation once they have grown).
+  void ReadStats(EngramFetchStats& out) const;
 
  private:
   struct Layer {

@@ -99,8 +99,12 @@ bool ModelRunner::engram_storage_failed() const {
   return engram_prefetch_ != nullptr && engram_prefetch_->step_failed();
 }
 
-EngramFetchStats ModelRunner::engram_fetch_stats() const {
-  return engram_prefetch_ != nullptr ? engram_prefetch_->stats() : EngramFetchStats{};
+void ModelRunner::ReadEngramFetchStats(EngramFetchStats& out) const {
+  if (engram_prefetch_ != nullptr) {
+    engram_prefetch_->ReadStats(out);
+  } else {
+    out = EngramFetchStats{};
+  }
 }
 
 void ModelRunner::BuildEngramLookAhead(const SchedulerOutput& scheduled) {

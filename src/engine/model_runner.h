@@ -79,8 +79,8 @@ class ModelRunner {
   // For the draft network's runs between forwards (same pool, arena and numerics).
   ExecContext& exec_context() { return ctx_; }
   const ExecStats& exec_stats() const { return exec_stats_; }
-  // The prefetcher's counters (zero without Engram layers).
-  EngramFetchStats engram_fetch_stats() const;
+  // The prefetcher's counters (zero without Engram layers) into `out`, reusing its buffers.
+  void ReadEngramFetchStats(EngramFetchStats& out) const;
 
  private:
   // The Engram rows of the chunks the prefilling requests of `scheduled` will run next step.

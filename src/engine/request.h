@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine_api.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/speculative.h"
@@ -18,11 +19,6 @@
 #include "text/tokenizer.h"
 
 namespace dsv41 {
-
-enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
-
-// "", "stop", "length", "abort", "error" (OpenAI's finish_reason words where they exist).
-std::string_view FinishReasonName(FinishReason reason);
 
 enum class RequestStatus { kWaiting, kRunning, kFinished };
 

@@ -20,7 +20,8 @@ EngineLoop::EngineLoop(GenerationBackend& backend, ServerMetrics& metrics,
 EngineLoop::~EngineLoop() { Shutdown(std::chrono::milliseconds(0)); }
 
 void EngineLoop::Start() {
-  metrics_.PublishEngineStats(backend_.stats());
+  backend_.ReadStats(stats_);
+  metrics_.PublishEngineStats(stats_);
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -113,15 +114,16 @@ void EngineLoop::Run() {
     }
     if (backend_.HasUnfinished()) {
       const RequestStream::Clock::time_point start = RequestStream::Clock::now();
-      Result<std::vector<RequestOutput>> outputs = backend_.Step();
+      const Status stepped = backend_.Step(outputs_);
       metrics_.step_time().Observe(Seconds(RequestStream::Clock::now() - start));
-      if (outputs.ok()) {
-        Dispatch(std::move(outputs).value());
+      if (stepped.ok()) {
+        Dispatch();
       } else {
-        FailAll(outputs.status());
+        FailAll(stepped);
       }
     }
-    metrics_.PublishEngineStats(backend_.stats());
+    backend_.ReadStats(stats_);
+    metrics_.PublishEngineStats(stats_);
     if (stop && live_.empty() && !backend_.HasUnfinished()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (submissions_.empty()) break;
@@ -129,11 +131,12 @@ void EngineLoop::Run() {
   }
 }
 
-void EngineLoop::Dispatch(std::vector<RequestOutput> outputs) {
+void EngineLoop::Dispatch() {
   const RequestStream::Clock::time_point now = RequestStream::Clock::now();
   size_t num_finished = 0;
-  std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> deliveries;
-  for (RequestOutput& out : outputs) {
+  deliveries_.clear();
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const RequestOutput& out = outputs_[i];
     const auto it = live_.find(out.request_id);
     if (it == live_.end()) continue;  // failed earlier (FailAll)
     Live& live = it->second;
@@ -155,7 +158,7 @@ void EngineLoop::Dispatch(std::vector<RequestOutput> outputs) {
                         static_cast<unsigned long long>(live.stream->id()), out.error.c_str());
       }
     }
-    deliveries.emplace_back(live.stream, std::move(out));
+    deliveries_.emplace_back(live.stream, i);
     if (finished) {
       engine_id_of_.erase(live.stream->id());
       live_.erase(it);
@@ -165,7 +168,8 @@ void EngineLoop::Dispatch(std::vector<RequestOutput> outputs) {
   // Counted out before the streams see their last output, so a client that sends its next
   // request the moment a response ends is never refused for its own finished one.
   if (num_finished > 0) Finished(num_finished);
-  for (auto& [stream, out] : deliveries) stream->Push(std::move(out));
+  for (const auto& [stream, i] : deliveries_) stream->Push(outputs_[i]);
+  deliveries_.clear();  // the finished requests' streams are released here
 }
 
 void EngineLoop::FailAll(const Status& status) {
@@ -181,7 +185,7 @@ void EngineLoop::FailAll(const Status& status) {
     out.request_id = engine_id;
     out.finish = FinishReason::kError;
     out.error = status.ToString();
-    live.stream->Push(std::move(out));
+    live.stream->Push(out);
   }
 }
 

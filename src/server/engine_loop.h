@@ -15,8 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/engine.h"
-#include "server/generation_backend.h"
+#include "engine/engine_api.h"
 #include "server/metrics.h"
 #include "server/request_stream.h"
 
@@ -78,8 +77,8 @@ class EngineLoop {
   };
 
   void Run();
-  // Engine thread: hands outputs to their streams and records latencies.
-  void Dispatch(std::vector<RequestOutput> outputs);
+  // Engine thread: hands outputs_ to their streams and records latencies.
+  void Dispatch();
   // Engine thread: after a failed step, ends every live request with kError.
   void FailAll(const Status& status);
   void Finished(size_t count);
@@ -102,6 +101,10 @@ class EngineLoop {
   // Engine thread only.
   std::map<uint64_t, Live> live_;                        // by engine request id
   std::unordered_map<uint64_t, uint64_t> engine_id_of_;  // stream id → engine request id
+  // Reused every step (their buffers kept): a steady-state step allocates nothing here.
+  std::vector<RequestOutput> outputs_;
+  EngineStats stats_;
+  std::vector<std::pair<std::shared_ptr<RequestStream>, size_t>> deliveries_;  // output index
 
   std::thread thread_;
 };

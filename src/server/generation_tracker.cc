@@ -26,7 +26,7 @@ GenerationTracker::GenerationTracker(const GenerationRequest& request, int32_t t
   if (!request.content_stop.empty()) content_stop_.emplace(request.content_stop);
 }
 
-TrackedDelta GenerationTracker::Push(RequestOutput& output) {
+TrackedDelta GenerationTracker::Push(const RequestOutput& output) {
   TrackedDelta out;
   if (ended()) return out;
   prompt_tokens_ = output.num_prompt_tokens;
@@ -39,14 +39,14 @@ TrackedDelta GenerationTracker::Push(RequestOutput& output) {
   }
   token_ids_.insert(token_ids_.end(), output.new_token_ids.begin(), output.new_token_ids.end());
   logprobs_.insert(logprobs_.end(), output.logprobs.begin(), output.logprobs.end());
-  out.token_ids = std::move(output.new_token_ids);
-  out.logprobs = std::move(output.logprobs);
+  out.token_ids = output.new_token_ids;
+  out.logprobs = output.logprobs;
   if (parse_chat_) {
     std::vector<OutputDelta> deltas;
     parser_->Push(output.text, deltas);
     for (OutputDelta& d : deltas) Release(std::move(d), out);
   } else if (!output.text.empty()) {
-    Release(ContentDelta(std::move(output.text)), out);
+    Release(ContentDelta(output.text), out);
   }
   if (!ended()) {
     switch (output.finish) {

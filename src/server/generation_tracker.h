@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/engine_api.h"
 #include "engine/stop_strings.h"
 #include "server/generation_request.h"
 #include "text/output_parser.h"
@@ -43,7 +43,7 @@ class GenerationTracker {
 
   // Consumes one engine output (in order). After a content stop string the request is over
   // (ended() true): the caller aborts it in the engine and ignores later outputs.
-  TrackedDelta Push(RequestOutput& output);
+  TrackedDelta Push(const RequestOutput& output);
   bool ended() const { return end_ != EndReason::kNone; }
   // True when the server ended the request (content stop string) and the engine must abort it.
   bool needs_abort() const { return needs_abort_; }

@@ -98,6 +98,7 @@ struct StreamState {
   std::unique_ptr<GenerationTracker> tracker;
   std::unique_ptr<ResponseWriter> writer;
   std::shared_ptr<RequestStream> stream;
+  RequestOutput output;  // swapped with the stream's buffer by every Wait
   bool started = false;
 };
 
@@ -285,14 +286,9 @@ struct HttpServer::Impl {
     state->writer = MakeResponseWriter(state->request, served);
 
     if (!state->request.stream) {
-      std::vector<RequestOutput> outputs;
       while (!state->tracker->ended()) {
-        outputs.clear();
-        if (!state->stream->Wait(outputs, options.heartbeat)) continue;
-        for (RequestOutput& o : outputs) {
-          state->tracker->Push(o);
-          if (state->tracker->ended()) break;
-        }
+        if (!state->stream->Wait(state->output, options.heartbeat)) continue;
+        state->tracker->Push(state->output);
         if (state->tracker->needs_abort()) loop.load()->Abort(state->stream->id());
       }
       Finished(*state);
@@ -332,14 +328,11 @@ struct HttpServer::Impl {
       if (chunk.empty()) chunk = s.writer->Heartbeat();
       return sink.write(chunk.data(), chunk.size());
     }
-    std::vector<RequestOutput> outputs;
-    if (!s.stream->Wait(outputs, options.heartbeat)) {
-      chunk += s.writer->Heartbeat();
-    }
-    for (RequestOutput& o : outputs) {
-      const TrackedDelta delta = s.tracker->Push(o);
+    if (s.stream->Wait(s.output, options.heartbeat)) {
+      const TrackedDelta delta = s.tracker->Push(s.output);
       chunk += s.writer->StreamDelta(delta, *s.tracker);
-      if (s.tracker->ended()) break;
+    } else {
+      chunk += s.writer->Heartbeat();
     }
     if (s.tracker->needs_abort()) loop.load()->Abort(s.stream->id());
     const bool ended = s.tracker->ended();

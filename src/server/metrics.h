@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/engine_api.h"
 
 namespace dsv41 {
 

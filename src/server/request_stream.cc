@@ -10,11 +10,11 @@ Status RequestStream::WaitAdmitted() {
   return admission_ == Admission::kAdmitted ? OkStatus() : rejection_;
 }
 
-bool RequestStream::Wait(std::vector<RequestOutput>& out, std::chrono::milliseconds timeout) {
+bool RequestStream::Wait(RequestOutput& out, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [this] { return !outputs_.empty(); })) return false;
-  for (RequestOutput& o : outputs_) out.push_back(std::move(o));
-  outputs_.clear();
+  if (!cv_.wait_for(lock, timeout, [this] { return has_pending_; })) return false;
+  std::swap(out, pending_);
+  has_pending_ = false;
   return true;
 }
 
@@ -31,9 +31,28 @@ void RequestStream::Reject(Status status) {
   cv_.notify_all();
 }
 
-void RequestStream::Push(RequestOutput output) {
+void RequestStream::Push(const RequestOutput& output) {
   std::lock_guard<std::mutex> lock(mu_);
-  outputs_.push_back(std::move(output));
+  RequestOutput& p = pending_;
+  if (!has_pending_) {
+    p.new_token_ids.clear();
+    p.text.clear();
+    p.logprobs.clear();
+    p.prompt_logits.clear();
+    p.error.clear();
+    has_pending_ = true;
+  }
+  p.request_id = output.request_id;
+  p.new_token_ids.insert(p.new_token_ids.end(), output.new_token_ids.begin(),
+                         output.new_token_ids.end());
+  p.text += output.text;
+  p.logprobs.insert(p.logprobs.end(), output.logprobs.begin(), output.logprobs.end());
+  p.prompt_logits.insert(p.prompt_logits.end(), output.prompt_logits.begin(),
+                         output.prompt_logits.end());
+  p.finish = output.finish;
+  p.error += output.error;
+  p.num_prompt_tokens = output.num_prompt_tokens;
+  p.num_cached_prompt_tokens = output.num_cached_prompt_tokens;
   cv_.notify_all();
 }
 

@@ -133,16 +133,16 @@ Status ScriptedBackend::Abort(uint64_t request_id) {
   return OkStatus();
 }
 
-Result<std::vector<RequestOutput>> ScriptedBackend::Step() {
+Status ScriptedBackend::Step(std::vector<RequestOutput>& outputs) {
+  outputs.clear();
   if (!live_.empty() && fail_next_step_.exchange(false)) {
     return InternalError("scripted step failure");
   }
-  std::vector<RequestOutput> outputs = std::move(pending_);
-  pending_.clear();
+  outputs.swap(pending_);
   if (hold_.load()) {
     // Nothing moves; don't spin the loop thread.
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return outputs;
+    return OkStatus();
   }
   if (step_delay_us_.load() > 0 && !live_.empty()) {
     std::this_thread::sleep_for(std::chrono::microseconds(step_delay_us_.load()));
@@ -175,17 +175,16 @@ Result<std::vector<RequestOutput>> ScriptedBackend::Step() {
       ++it;
     }
   }
-  return outputs;
+  return OkStatus();
 }
 
-EngineStats ScriptedBackend::stats() const {
-  EngineStats s;
+void ScriptedBackend::ReadStats(EngineStats& s) const {
+  s = EngineStats{};
   s.total_blocks = num_blocks_;
   s.free_blocks = num_blocks_ - static_cast<uint32_t>(live_.size());
   s.running = static_cast<int32_t>(live_.size());
   s.generation_tokens = generated_;
   s.prompt_tokens = prompt_tokens_;
-  return s;
 }
 
 }  // namespace dsv41

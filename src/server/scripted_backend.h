@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "server/generation_backend.h"
+#include "engine/engine_api.h"
 #include "text/tokenizer.h"
 
 namespace dsv41 {
@@ -35,7 +35,7 @@ class ScriptedBackend final : public GenerationBackend {
     std::vector<int32_t> token_ids;
   };
 
-  // stats().total_blocks = num_blocks; each live request holds one block.
+  // ReadStats: total_blocks = num_blocks; each live request holds one block.
   explicit ScriptedBackend(std::vector<Token> script, uint32_t num_blocks = 64);
   // Replies chosen by the prompt, streamed through `tokenizer`'s detokenizer as the engine streams
   // (honouring skip_special_tokens). A prompt no reply matches is an InvalidArgument naming
@@ -67,9 +67,9 @@ class ScriptedBackend final : public GenerationBackend {
   Result<uint64_t> AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
                               const AddRequestOptions& options) override;
   Status Abort(uint64_t request_id) override;
-  Result<std::vector<RequestOutput>> Step() override;
+  Status Step(std::vector<RequestOutput>& outputs) override;
   bool HasUnfinished() const override { return !live_.empty() || !pending_.empty(); }
-  EngineStats stats() const override;
+  void ReadStats(EngineStats& out) const override;
 
  private:
   struct Script {

@@ -1,0 +1,105 @@
+#pragma once
+
+// What a frontend (the server, the CLI) sees of the engine: the requests it submits, the outputs
+// and stats it reads back, and the backend interface its engine loop drives. It reaches none of
+// the model, cache or Engram-tier headers, so the server builds on this alone.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engram_fetch_stats.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engram/engram_rows.h"
+
+namespace dsv41 {
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+
+// "", "stop", "length", "abort", "error" (OpenAI's finish_reason words where they exist).
+std::string_view FinishReasonName(FinishReason reason);
+
+// Per request, per step.
+struct RequestOutput {
+  uint64_t request_id = 0;
+  std::vector<int32_t> new_token_ids;
+  std::string text;                    // the streamed text delta (stop strings withheld)
+  std::vector<SampledToken> logprobs;  // one per new token when params.logprobs > 0
+  // With prompt_logits: [rows, vocab] logits of the prompt positions this step computed (and the
+  // last prompt position's, which the first token is sampled from).
+  std::vector<float> prompt_logits;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;  // with FinishReason::kError
+  int32_t num_prompt_tokens = 0;
+  int64_t num_cached_prompt_tokens = 0;  // prefix-cache hit
+};
+
+struct EngineStats {
+  uint64_t num_steps = 0;
+  uint64_t num_preemptions = 0;
+  uint64_t prompt_tokens = 0;           // admitted
+  uint64_t prompt_tokens_computed = 0;  // prefill positions run, chunk by chunk (no cache hits)
+  uint64_t generation_tokens = 0;
+  uint64_t prefix_queried_tokens = 0;
+  uint64_t prefix_hit_tokens = 0;
+  uint32_t free_blocks = 0;    // reference count 0, cached or not
+  uint32_t cached_blocks = 0;  // free blocks that still hold a prefix hash (evictable hits)
+  uint32_t total_blocks = 0;
+  int32_t running = 0;
+  int32_t waiting = 0;
+  // What the forwards read and computed (ExecStats): stored weight bytes, weight-product MACs.
+  uint64_t weight_bytes = 0;
+  uint64_t weight_macs = 0;
+
+  // Speculative decoding (serving.md §7, §11.4). A verify is one request's decode step with at
+  // least one draft; its drafts are checked left to right until the first rejection.
+  uint64_t num_verifies = 0;
+  uint64_t num_draft_tokens = 0;     // drafts verified
+  uint64_t num_accepted_tokens = 0;  // of which accepted
+  // [i]: verifies that checked a draft at position i of their block, and how many accepted it.
+  std::vector<uint64_t> drafts_at_position;
+  std::vector<uint64_t> accepted_at_position;
+  uint64_t num_verify_steps = 0;    // engine steps whose batch held at least one verify
+  uint64_t num_draft_forwards = 0;  // runs of the DSpark draft network (all requests at once)
+  uint64_t num_guard_pauses = 0;    // times the acceptance guard paused a request's drafting
+  uint64_t num_seed_calls = 0;      // DSpark window seedings (one batched GEMM each)
+  uint64_t num_seeded_rows = 0;     // positions they seeded
+
+  // Accepted / verified drafts (0 without drafts).
+  double acceptance_rate() const;
+  // Tokens a verify emits on average: 1 + accepted drafts per verify (0 without verifies).
+  double mean_accepted_length() const;
+  // accepted_at_position[i] / drafts_at_position[i] for each position.
+  std::vector<double> acceptance_rate_at_position() const;
+  // Engram offload (serving.md §8.7): the prefetcher's and the stores' counters.
+  EngramFetchStats engram_fetch;
+  EngramStoreCounters engram_store;
+  uint64_t failed_steps = 0;  // steps whose requests failed because their rows could not be read
+};
+
+struct AddRequestOptions {
+  bool prompt_logits = false;
+};
+
+// What the server's engine loop drives (serving.md §1): the engine (EngineBackend, engine.h), or
+// a test double that replays scripted output. Engine thread only: the loop calls every method from
+// its one thread.
+class GenerationBackend {
+ public:
+  virtual ~GenerationBackend() = default;
+  // As Engine::AddRequest: the engine's id, or InvalidArgument naming the field.
+  virtual Result<uint64_t> AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
+                                      const AddRequestOptions& options) = 0;
+  // As Engine::Abort: frees the request's blocks at once; its kAbort output comes with a Step.
+  virtual Status Abort(uint64_t request_id) = 0;
+  // As Engine::Step(outputs): this step's outputs into `outputs`, whose elements are reused.
+  virtual Status Step(std::vector<RequestOutput>& outputs) = 0;
+  virtual bool HasUnfinished() const = 0;
+  // The engine's counters into `out`, reusing its buffers (as Engine::ReadStats).
+  virtual void ReadStats(EngineStats& out) const = 0;
+};
+
+}  // namespace dsv41
