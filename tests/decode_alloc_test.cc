@@ -4,17 +4,21 @@
 // same holds for a DSpark decode step (issue 10): the forward recording main_hidden, the seeding
 // of the draft windows and the draft of the next block; and for a whole engine step of a batch of
 // decoding requests (scheduling, the batch, the forward, sampling with penalties, stop strings,
-// the detokenizer, the outputs), with DSpark off and on.
+// the detokenizer, the outputs), with DSpark off and on; and for the server's path of those
+// steps: the engine loop thread stepping, dispatching outputs to the request streams and
+// recording metrics, and the readers taking them.
 
 #include <execinfo.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/exec_context.h"
@@ -29,6 +33,9 @@
 #include "model/batch.h"
 #include "model/dspark.h"
 #include "model/forward.h"
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/request_stream.h"
 #include "tiny/tiny_checkpoint.h"
 #include "tiny/tiny_presets.h"
 
@@ -277,6 +284,105 @@ TEST(DecodeAllocationTest, SteadyStateEngineStepsAllocateNothing) {
     EXPECT_EQ(g_allocations.load(), 0) << "heap allocations in 64 engine steps";
     if (g_allocations.load() != 0) PrintStacks();
   }
+}
+
+// The engine backend, counting its steps (read by the test thread while the loop runs).
+class CountingBackend final : public GenerationBackend {
+ public:
+  explicit CountingBackend(Engine& engine) : inner_(engine) {}
+  Result<uint64_t> AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
+                              const AddRequestOptions& options) override {
+    return inner_.AddRequest(std::move(prompt_ids), params, options);
+  }
+  Status Abort(uint64_t request_id) override { return inner_.Abort(request_id); }
+  Status Step(std::vector<RequestOutput>& outputs) override {
+    const Status s = inner_.Step(outputs);
+    steps_.fetch_add(1);
+    return s;
+  }
+  bool HasUnfinished() const override { return inner_.HasUnfinished(); }
+  void ReadStats(EngineStats& out) const override { inner_.ReadStats(out); }
+  int64_t steps() const { return steps_.load(); }
+
+ private:
+  EngineBackend inner_;
+  std::atomic<int64_t> steps_{0};
+};
+
+// The server's engine loop with four decoding requests: once the streams' two buffers have grown
+// (the readers lag on purpose twice during warm-up), 48 loop iterations — step, outputs to their
+// streams, latency metrics, engine stats published — and the readers' Waits allocate nothing.
+TEST(DecodeAllocationTest, SteadyStateServerLoopAllocatesNothing) {
+  const std::string dir = testing::TempDir() + "/decode_alloc_tiny_server";
+  std::filesystem::remove_all(dir);
+  Result<TinySpec> spec = TinyPreset("tiny");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(WriteTinyCheckpoint(*spec, dir).ok());
+  Result<LoadedTextModel> m = LoadedTextModel::Load(dir);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ThreadPool pool(2);
+  EngineOptions options;
+  options.block_tokens = 16;
+  options.num_blocks = 512;
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, options, pool);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  CountingBackend backend(**engine);
+  ServerMetrics metrics;
+  EngineLoop loop(backend, metrics, EngineLoopOptions{});
+  loop.Start();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int32_t i = 0; i < 4; ++i) {
+    Submission submission;
+    for (int32_t t = 0; t < 20 + 3 * i; ++t) {
+      submission.prompt_ids.push_back(5 + (t * 37 + i * 11) % 400);
+    }
+    submission.params.max_tokens = 100000;
+    submission.params.ignore_eos = true;
+    submission.params.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+    submission.params.seed = 3 + i;
+    SubmitRefusal refusal;
+    streams.push_back(loop.Submit(std::move(submission), &refusal));
+    ASSERT_NE(streams.back(), nullptr);
+    ASSERT_TRUE(streams.back()->WaitAdmitted().ok());
+  }
+  std::vector<RequestOutput> taken(streams.size());
+  int64_t tokens_taken = 0;
+  bool finished_early = false;
+  // Takes what every stream has (no waiting).
+  const auto take_all = [&] {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (!streams[i]->Wait(taken[i], std::chrono::milliseconds(0))) continue;
+      tokens_taken += static_cast<int64_t>(taken[i].new_token_ids.size());
+      finished_early |= taken[i].finish != FinishReason::kNone;
+    }
+  };
+  const auto wait_steps = [&](int64_t n, bool read) {
+    const int64_t until = backend.steps() + n;
+    while (backend.steps() < until && !finished_early) {
+      if (read) take_all();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  };
+  // Warm-up: steps read promptly, then two lags of 64 steps (each buffer of a stream grows to
+  // hold 64 steps' output), then prompt reads again.
+  wait_steps(16, true);
+  for (int lag = 0; lag < 2; ++lag) {
+    wait_steps(64, false);
+    take_all();
+  }
+  wait_steps(16, true);
+  const int64_t tokens_before = tokens_taken;
+  g_allocations = 0;
+  g_counting = true;
+  wait_steps(48, true);
+  g_counting = false;
+  take_all();
+  const int64_t allocations = g_allocations.load();
+  loop.Shutdown(std::chrono::milliseconds(0));
+  ASSERT_FALSE(finished_early) << "a request ended during the test";
+  EXPECT_GE(tokens_taken - tokens_before, 4 * 48) << "every request decoded in every step";
+  EXPECT_EQ(allocations, 0) << "heap allocations in 48 engine-loop iterations";
+  if (allocations != 0) PrintStacks();
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 // Code-shape rules of STYLE.md that a compiler does not check:
 // - §1: a layer folder includes only its own layer and the layers below it (docs/layers.md);
+// - the server reaches the engine only through engine/engine_api.h: none of the headers it
+//   includes, directly or through others, is the engine core or in model/, kv/, config/ or
+//   kernels/ (docs/layers.md);
 // - §8: model/, kernels/ and engram/ code (not their tests) uses numerics/arith.h for elementary
 //   functions, never the C library's (model.md §12.8 fixes their rounding).
 #include <gtest/gtest.h>
@@ -8,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,6 +68,46 @@ TEST(LayeringTest, NoIncludeReachesAHigherLayer) {
     }
   }
   EXPECT_GT(checked, 100) << "the scan found too few includes to be meaningful";
+}
+
+// The project headers `file` includes, as paths under src/.
+std::vector<std::filesystem::path> ProjectIncludes(const std::filesystem::path& file) {
+  const std::regex include_re(R"re(^\s*#\s*include\s+"([^"]+)")re");
+  std::vector<std::filesystem::path> includes;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (!std::regex_search(line, m, include_re)) continue;
+    const std::filesystem::path target = kSrc / m[1].str();
+    if (std::filesystem::exists(target)) includes.push_back(target);
+  }
+  return includes;
+}
+
+TEST(LayeringTest, ServerReachesTheEngineOnlyThroughItsApi) {
+  const std::set<std::string> forbidden_layers = {"model", "kv", "config", "kernels"};
+  const std::filesystem::path engine_core = kSrc / "engine" / "engine.h";
+  // Every file the server's files reach, with the file that first included it.
+  std::map<std::filesystem::path, std::filesystem::path> reached;
+  std::vector<std::filesystem::path> todo;
+  for (const auto& file : SourceFiles()) {
+    if (LayerOf(file) == "server") todo.push_back(file);
+  }
+  ASSERT_GT(todo.size(), 10u) << "the scan found too few server files";
+  while (!todo.empty()) {
+    const std::filesystem::path file = todo.back();
+    todo.pop_back();
+    for (const auto& target : ProjectIncludes(file)) {
+      if (reached.emplace(target, file).second) todo.push_back(target);
+    }
+  }
+  EXPECT_TRUE(reached.count(kSrc / "engine" / "engine_api.h")) << "the scan missed the API";
+  for (const auto& [target, includer] : reached) {
+    EXPECT_FALSE(forbidden_layers.count(LayerOf(target)) || target == engine_core)
+        << "the server reaches " << std::filesystem::relative(target, kSrc).string()
+        << " (included by " << std::filesystem::relative(includer, kSrc).string() << ")";
+  }
 }
 
 TEST(LayeringTest, CanonicalLayersUseNumericsArith) {
