@@ -184,6 +184,68 @@ Result<ServingBackend> StartScripted(const LoadedTextModel& model, const EngineO
   return out;
 }
 
+// Binds the listening socket and starts the HTTP threads (/health answers 503 until SetReady).
+Result<std::unique_ptr<HttpServer>> StartHttpServer(const ServeFlags& flags, int http_threads,
+                                                    ServerMetrics& metrics) {
+  HttpServerOptions http{.host = flags.host,
+                         .port = flags.port,
+                         .api_key = flags.api_key,
+                         .max_request_bytes = flags.max_request_bytes,
+                         .max_threads = http_threads,
+                         .responses_store = flags.responses_store};
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> server, HttpServer::Bind(http, metrics));
+  DSV41_RETURN_IF_ERROR(server->Start());
+  return server;
+}
+
+// What the API layer tells clients about the model: names, context length, vocabulary.
+ServedModel DescribeServedModel(const LoadedTextModel& model, const ServeFlags& flags,
+                                int64_t max_model_len) {
+  ServedModel served;
+  served.tokenizer = model.tokenizer.get();
+  served.names = flags.served_model_names;
+  served.max_model_len = max_model_len;
+  served.default_max_tokens = flags.default_max_tokens;
+  served.vocab_size = model.config().vocab_size;
+  served.think_close_id = model.tokenizer->IdOf(kThinkClose).value_or(-1);
+  served.created = UnixSeconds();
+  return served;
+}
+
+// Loads the model, drawing its progress on stderr and publishing it on /health; a signal cancels
+// the load.
+Result<LoadedTextModel> LoadServedModel(const std::string& dir, const EngineFlags& flags,
+                                        HttpServer& server, SignalWaiter& signals) {
+  ProgressPrinter printer;
+  ProgressFn draw = printer.AsFn();
+  Result<LoadedTextModel> model = LoadedTextModel::Load(
+      dir,
+      [&](const Progress& p) {
+        server.SetLoadProgress(p);
+        return draw(p) && !signals.signalled();
+      },
+      NeedsDspark(flags));
+  printer.Done();
+  return model;
+}
+
+// After signal `signal_number`: no new requests, those in flight get `shutdown_timeout_s` to
+// finish and are aborted after, then the server stops.
+void StopServing(int signal_number, double shutdown_timeout_s, EngineLoop& loop,
+                 HttpServer& server) {
+  std::fprintf(stderr,
+               "dsv41 serve: signal %d: stopping (no new requests; %d in flight get %.0f s to "
+               "finish, then are aborted)\n",
+               signal_number, loop.num_live(), shutdown_timeout_s);
+  server.SetShuttingDown();
+  loop.Shutdown(std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000)));
+  // Every request has its last output now; let the HTTP threads write it (bounded, for clients
+  // that stopped reading).
+  server.WaitIdle(std::chrono::seconds(5));
+  server.Stop();
+  std::fprintf(stderr, "dsv41 serve: stopped\n");
+}
+
 int RunServe(ServeFlags flags) {
   const std::string dir = flags.model_flag.empty() ? flags.model_dir : flags.model_flag;
   if (dir.empty()) {
@@ -209,35 +271,16 @@ int RunServe(ServeFlags flags) {
 
   SignalWaiter signals;
   ServerMetrics metrics;
-  HttpServerOptions http{.host = flags.host,
-                         .port = flags.port,
-                         .api_key = flags.api_key,
-                         .max_request_bytes = flags.max_request_bytes,
-                         .max_threads = http_threads,
-                         .responses_store = flags.responses_store};
-  Result<std::unique_ptr<HttpServer>> server = HttpServer::Bind(http, metrics);
+  Result<std::unique_ptr<HttpServer>> server = StartHttpServer(flags, http_threads, metrics);
   if (!server.ok()) {
     std::fprintf(stderr, "dsv41 serve: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
-  if (Status started = (*server)->Start(); !started.ok()) {
-    std::fprintf(stderr, "dsv41 serve: %s\n", started.ToString().c_str());
     return 1;
   }
   const std::string address = StrFormat("http://%s:%d", flags.host.c_str(), (*server)->port());
   std::fprintf(stderr, "dsv41 serve: listening on %s (loading: /health is 503 until ready)\n",
                address.c_str());
 
-  ProgressPrinter printer;
-  ProgressFn draw = printer.AsFn();
-  Result<LoadedTextModel> model = LoadedTextModel::Load(
-      dir,
-      [&](const Progress& p) {
-        (*server)->SetLoadProgress(p);
-        return draw(p) && !signals.signalled();
-      },
-      NeedsDspark(flags.engine));
-  printer.Done();
+  Result<LoadedTextModel> model = LoadServedModel(dir, flags.engine, **server, signals);
   if (!model.ok()) {
     if (signals.signalled()) {
       std::fprintf(stderr, "dsv41 serve: stopped while loading\n");
@@ -255,14 +298,7 @@ int RunServe(ServeFlags flags) {
     return backend.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
 
-  ServedModel served;
-  served.tokenizer = model->tokenizer.get();
-  served.names = flags.served_model_names;
-  served.max_model_len = backend->max_model_len;
-  served.default_max_tokens = flags.default_max_tokens;
-  served.vocab_size = model->config().vocab_size;
-  served.think_close_id = model->tokenizer->IdOf(kThinkClose).value_or(-1);
-  served.created = UnixSeconds();
+  const ServedModel served = DescribeServedModel(*model, flags, backend->max_model_len);
   EngineLoop loop(*backend->backend, metrics,
                   EngineLoopOptions{.max_live_requests = options->max_num_seqs + flags.max_queue});
   loop.Start();
@@ -272,17 +308,7 @@ int RunServe(ServeFlags flags) {
                static_cast<long long>(served.max_model_len));
 
   PrintStatsUntilSignalled(signals, metrics, flags.log_stats_interval_s);
-  std::fprintf(stderr,
-               "dsv41 serve: signal %d: stopping (no new requests; %d in flight get %.0f s to "
-               "finish, then are aborted)\n",
-               signals.signal_number(), loop.num_live(), flags.shutdown_timeout_s);
-  (*server)->SetShuttingDown();
-  loop.Shutdown(std::chrono::milliseconds(static_cast<int64_t>(flags.shutdown_timeout_s * 1000)));
-  // Every request has its last output now; let the HTTP threads write it (bounded, for clients
-  // that stopped reading).
-  (*server)->WaitIdle(std::chrono::seconds(5));
-  (*server)->Stop();
-  std::fprintf(stderr, "dsv41 serve: stopped\n");
+  StopServing(signals.signal_number(), flags.shutdown_timeout_s, loop, **server);
   return 0;
 }
 

@@ -124,35 +124,18 @@ LatencyStats Stats(std::vector<double> v) {
   return s;
 }
 
-}  // namespace
-
-double Percentile(std::vector<double>& values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const double rank = q / 100.0 * static_cast<double>(values.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(rank));
-  const size_t hi = std::min(lo + 1, values.size() - 1);
-  return values[lo] + (values[hi] - values[lo]) * (rank - static_cast<double>(lo));
+// The first model of the server's /v1/models.
+Result<std::string> FirstServedModel(HttpClient& client, const ServeBenchOptions& o) {
+  DSV41_ASSIGN_OR_RETURN(HttpResponse models, client.Get("/v1/models", AuthHeaders(o)));
+  Result<JsonValue> list = ParseJsonValue(models.body, "/v1/models");
+  if (models.status != 200 || !list.ok() || JsonAt(*list, "data.0.id") == nullptr) {
+    return IoError("%s:%d/v1/models: HTTP %d, no model", o.host.c_str(), o.port, models.status);
+  }
+  return JsonText(*list, "data.0.id");
 }
 
-Result<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
-  if (o.num_prompts < 1 || o.concurrency < 1 || o.input_len < 1 || o.output_len < 1 ||
-      o.turns < 1 || !(o.range_ratio >= 0 && o.range_ratio < 1) ||
-      !(o.multi_turn_ratio >= 0 && o.multi_turn_ratio <= 1)) {
-    return InvalidArgumentError(
-        "--num-prompts, --concurrency, --input-len, --output-len, --turns must be >= 1, "
-        "--range-ratio in [0, 1), --multi-turn-ratio in [0, 1]");
-  }
-  HttpClient client(o.host, o.port);
-  std::string model = o.model;
-  if (model.empty()) {
-    DSV41_ASSIGN_OR_RETURN(HttpResponse models, client.Get("/v1/models", AuthHeaders(o)));
-    Result<JsonValue> list = ParseJsonValue(models.body, "/v1/models");
-    if (models.status != 200 || !list.ok() || JsonAt(*list, "data.0.id") == nullptr) {
-      return IoError("%s:%d/v1/models: HTTP %d, no model", o.host.c_str(), o.port, models.status);
-    }
-    model = JsonText(*list, "data.0.id");
-  }
+// The ids prompts are drawn from: the server's tokenisation of kPoolText.
+Result<std::vector<int32_t>> TokenPool(HttpClient& client, const ServeBenchOptions& o) {
   DSV41_ASSIGN_OR_RETURN(
       HttpResponse tokenized,
       client.Post("/tokenize",
@@ -168,15 +151,24 @@ Result<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
   for (const JsonValue& id : pool_ids->array) {
     pool.push_back(static_cast<int32_t>(std::strtol(id.text.c_str(), nullptr, 10)));
   }
+  return pool;
+}
 
-  // The request mix, fixed by the seed.
+// The jobs of one level and, per job, the new prompt ids of its turns in order.
+struct RequestMix {
+  std::vector<Job> jobs;
+  std::vector<std::vector<int32_t>> fresh_ids;
+};
+
+// The request mix, fixed by the seed: lengths, conversations and the ids drawn from `pool`.
+RequestMix MakeRequestMix(const ServeBenchOptions& o, const std::vector<int32_t>& pool) {
   std::mt19937_64 rng(o.seed);
   auto length = [&](int32_t mean) {
     const int32_t lo = std::max(1, static_cast<int32_t>(std::lround(mean * (1 - o.range_ratio))));
     const int32_t hi = std::max(lo, static_cast<int32_t>(std::lround(mean * (1 + o.range_ratio))));
     return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
   };
-  std::vector<Job> jobs;
+  RequestMix mix;
   std::bernoulli_distribution multi(o.multi_turn_ratio);
   for (int32_t left = o.num_prompts; left > 0;) {
     const int32_t turns = o.turns > 1 && multi(rng) ? std::min(o.turns, left) : 1;
@@ -185,33 +177,39 @@ Result<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
       job.turn_input_lens.push_back(length(o.input_len));
       job.turn_output_lens.push_back(length(o.output_len));
     }
-    jobs.push_back(std::move(job));
+    mix.jobs.push_back(std::move(job));
     left -= turns;
   }
-  std::vector<std::vector<int32_t>> fresh_ids(jobs.size());  // per job, the turns' new ids
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    for (int32_t len : jobs[j].turn_input_lens) {
-      for (int32_t k = 0; k < len; ++k) fresh_ids[j].push_back(pool[rng() % pool.size()]);
+  mix.fresh_ids.resize(mix.jobs.size());
+  for (size_t j = 0; j < mix.jobs.size(); ++j) {
+    for (int32_t len : mix.jobs[j].turn_input_lens) {
+      for (int32_t k = 0; k < len; ++k) mix.fresh_ids[j].push_back(pool[rng() % pool.size()]);
     }
   }
+  return mix;
+}
 
+// Runs the mix on o.concurrency clients, each taking the next job; a conversation's turns run in
+// order on one client, each re-sending the history. Samples in completion order.
+std::vector<Sample> RunJobs(const ServeBenchOptions& o, const std::string& model,
+                            const RequestMix& mix) {
   std::mutex mu;
   std::vector<Sample> samples;
   std::atomic<size_t> next{0};
-  const Clock::time_point start = Clock::now();
   std::vector<std::thread> workers;
   for (int32_t w = 0; w < o.concurrency; ++w) {
     workers.emplace_back([&] {
       HttpClient c(o.host, o.port);
-      for (size_t j = next++; j < jobs.size(); j = next++) {
+      for (size_t j = next++; j < mix.jobs.size(); j = next++) {
+        const Job& job = mix.jobs[j];
         std::vector<int32_t> history;
         size_t used = 0;
-        for (size_t t = 0; t < jobs[j].turn_input_lens.size(); ++t) {
-          const size_t n = static_cast<size_t>(jobs[j].turn_input_lens[t]);
-          history.insert(history.end(), fresh_ids[j].begin() + used,
-                         fresh_ids[j].begin() + used + n);
+        for (size_t t = 0; t < job.turn_input_lens.size(); ++t) {
+          const size_t n = static_cast<size_t>(job.turn_input_lens[t]);
+          history.insert(history.end(), mix.fresh_ids[j].begin() + used,
+                         mix.fresh_ids[j].begin() + used + n);
           used += n;
-          Sample s = RunRequest(c, o, model, history, jobs[j].turn_output_lens[t]);
+          Sample s = RunRequest(c, o, model, history, job.turn_output_lens[t]);
           history.insert(history.end(), s.output_ids.begin(), s.output_ids.end());
           const bool ok = s.ok;
           {
@@ -224,10 +222,15 @@ Result<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
     });
   }
   for (std::thread& t : workers) t.join();
+  return samples;
+}
 
+// The level's figures from its samples: failures counted, latencies of the completed requests.
+ServeBenchResult Summarize(const std::vector<Sample>& samples, int32_t concurrency,
+                           double duration_s) {
   ServeBenchResult out;
-  out.concurrency = o.concurrency;
-  out.duration_s = std::chrono::duration<double>(Clock::now() - start).count();
+  out.concurrency = concurrency;
+  out.duration_s = duration_s;
   std::vector<double> ttft, tpot, itl, e2e;
   int64_t input = 0, output = 0;
   for (const Sample& s : samples) {
@@ -260,6 +263,38 @@ Result<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
   out.itl = Stats(std::move(itl));
   out.e2e = Stats(std::move(e2e));
   return out;
+}
+
+}  // namespace
+
+double Percentile(std::vector<double>& values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = q / 100.0 * static_cast<double>(values.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(lo + 1, values.size() - 1);
+  return values[lo] + (values[hi] - values[lo]) * (rank - static_cast<double>(lo));
+}
+
+Result<ServeBenchResult> RunServeBench(const ServeBenchOptions& o) {
+  if (o.num_prompts < 1 || o.concurrency < 1 || o.input_len < 1 || o.output_len < 1 ||
+      o.turns < 1 || !(o.range_ratio >= 0 && o.range_ratio < 1) ||
+      !(o.multi_turn_ratio >= 0 && o.multi_turn_ratio <= 1)) {
+    return InvalidArgumentError(
+        "--num-prompts, --concurrency, --input-len, --output-len, --turns must be >= 1, "
+        "--range-ratio in [0, 1), --multi-turn-ratio in [0, 1]");
+  }
+  HttpClient client(o.host, o.port);
+  std::string model = o.model;
+  if (model.empty()) {
+    DSV41_ASSIGN_OR_RETURN(model, FirstServedModel(client, o));
+  }
+  DSV41_ASSIGN_OR_RETURN(const std::vector<int32_t> pool, TokenPool(client, o));
+  const RequestMix mix = MakeRequestMix(o, pool);
+  const Clock::time_point start = Clock::now();
+  const std::vector<Sample> samples = RunJobs(o, model, mix);
+  return Summarize(samples, o.concurrency,
+                   std::chrono::duration<double>(Clock::now() - start).count());
 }
 
 }  // namespace dsv41

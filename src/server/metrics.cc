@@ -82,6 +82,91 @@ void RenderSpeculative(const EngineStats& e, std::string& out) {
          static_cast<double>(e.num_guard_pauses), out);
 }
 
+// The scheduler, KV cache and token counters, named as vLLM's where it has them.
+void RenderScheduler(const EngineStats& e, std::string& out) {
+  const uint32_t used = e.total_blocks - e.free_blocks;
+  Single("dsv41_num_requests_running", "Requests in the engine's running batch.", "gauge",
+         e.running, out);
+  Single("dsv41_num_requests_waiting", "Requests waiting to be scheduled.", "gauge", e.waiting,
+         out);
+  Single("dsv41_kv_blocks_used", "KV block ids referenced by live requests.", "gauge", used, out);
+  Single("dsv41_kv_blocks_cached",
+         "Free KV block ids that still hold a prefix-cache entry (evictable).", "gauge",
+         e.cached_blocks, out);
+  Single("dsv41_kv_blocks_free", "KV block ids that are free and hold no prefix-cache entry.",
+         "gauge", e.free_blocks - e.cached_blocks, out);
+  Single("dsv41_kv_blocks_total", "KV block ids in the pool.", "gauge", e.total_blocks, out);
+  Single("dsv41_kv_cache_usage", "Fraction of KV block ids in use (0..1).", "gauge",
+         e.total_blocks == 0 ? 0.0 : static_cast<double>(used) / e.total_blocks, out);
+  Single("dsv41_prompt_tokens_total", "Prompt tokens admitted.", "counter",
+         static_cast<double>(e.prompt_tokens), out);
+  Single("dsv41_prompt_tokens_computed_total",
+         "Prompt tokens computed (prefill chunks run; prefix-cache hits are not).", "counter",
+         static_cast<double>(e.prompt_tokens_computed), out);
+  Single("dsv41_generation_tokens_total", "Tokens generated.", "counter",
+         static_cast<double>(e.generation_tokens), out);
+  Single("dsv41_prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache.",
+         "counter", static_cast<double>(e.prefix_queried_tokens), out);
+  Single("dsv41_prefix_cache_hit_tokens_total", "Prompt tokens served by the prefix cache.",
+         "counter", static_cast<double>(e.prefix_hit_tokens), out);
+  Single("dsv41_num_preemptions_total", "Requests preempted (blocks released, recomputed later).",
+         "counter", static_cast<double>(e.num_preemptions), out);
+  Single("dsv41_engine_steps_total", "Engine steps run.", "counter",
+         static_cast<double>(e.num_steps), out);
+}
+
+// Engram offload (serving.md §8.7): row traffic of the prefetcher and the stores, the forward's
+// wait per Engram slot and the fetch latency histogram.
+void RenderEngram(const EngineStats& e, std::string& out) {
+  const EngramFetchStats& f = e.engram_fetch;
+  const EngramStoreCounters& st = e.engram_store;
+  Single("dsv41_engram_rows_requested_total",
+         "Engram rows the scheduled tokens asked for (token x column x layer).", "counter",
+         static_cast<double>(f.rows_requested), out);
+  Single("dsv41_engram_rows_deduplicated_total",
+         "Of those, repeats within a step that were not fetched again.", "counter",
+         static_cast<double>(f.rows_deduplicated), out);
+  Single("dsv41_engram_rows_fetched_total",
+         "Rows asked of the Engram stores (de-duplicated, plus look-ahead).", "counter",
+         static_cast<double>(st.rows_fetched), out);
+  Single("dsv41_engram_rows_cache_hits_total", "Rows served from the hot-row cache.", "counter",
+         static_cast<double>(st.cache_hits), out);
+  Single("dsv41_engram_rows_read_total", "Rows read from the table files (disk tier).", "counter",
+         static_cast<double>(st.rows_read), out);
+  Single("dsv41_engram_bytes_read_total", "Bytes read from the table files (disk tier).", "counter",
+         static_cast<double>(st.bytes_read), out);
+  Single("dsv41_engram_pages_read_total", "Distinct 4 KiB pages read (disk tier).", "counter",
+         static_cast<double>(st.pages_read), out);
+  Single("dsv41_engram_cache_hit_rate", "Hot-row cache hits / rows fetched (0..1).", "gauge",
+         st.rows_fetched == 0
+             ? 0.0
+             : static_cast<double>(st.cache_hits) / static_cast<double>(st.rows_fetched),
+         out);
+  Single("dsv41_engram_failed_steps_total",
+         "Steps whose requests failed because their Engram rows could not be read.", "counter",
+         static_cast<double>(e.failed_steps), out);
+  Header("dsv41_engram_wait_seconds_total",
+         "Time the forward waited for an Engram layer's rows, by Engram slot.", "counter", out);
+  for (size_t slot = 0; slot < f.wait_ms_per_layer.size(); ++slot) {
+    Sample("dsv41_engram_wait_seconds_total", StrFormat("{engram_slot=\"%zu\"}", slot),
+           f.wait_ms_per_layer[slot] / 1e3, out);
+  }
+  Header("dsv41_engram_fetch_latency_seconds", "Time to fetch one Engram layer's rows of one step.",
+         "histogram", out);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < f.fetch_latency_counts.size(); ++i) {
+    cumulative += f.fetch_latency_counts[i];
+    const std::string le = i < kEngramFetchLatencyBucketsMs.size()
+                               ? FormatDouble(kEngramFetchLatencyBucketsMs[i] / 1e3)
+                               : "+Inf";
+    Sample("dsv41_engram_fetch_latency_seconds_bucket", "{le=\"" + le + "\"}",
+           static_cast<double>(cumulative), out);
+  }
+  Sample("dsv41_engram_fetch_latency_seconds_sum", "", f.fetch_latency_sum_ms / 1e3, out);
+  Sample("dsv41_engram_fetch_latency_seconds_count", "", static_cast<double>(f.fetch_latency_count),
+         out);
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> upper_bounds)
@@ -177,86 +262,9 @@ std::string ServerMetrics::RenderPrometheus() const {
   std::string out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const EngineStats& e = engine_;
-    const uint32_t used = e.total_blocks - e.free_blocks;
-    Single("dsv41_num_requests_running", "Requests in the engine's running batch.", "gauge",
-           e.running, out);
-    Single("dsv41_num_requests_waiting", "Requests waiting to be scheduled.", "gauge", e.waiting,
-           out);
-    Single("dsv41_kv_blocks_used", "KV block ids referenced by live requests.", "gauge", used, out);
-    Single("dsv41_kv_blocks_cached",
-           "Free KV block ids that still hold a prefix-cache entry (evictable).", "gauge",
-           e.cached_blocks, out);
-    Single("dsv41_kv_blocks_free", "KV block ids that are free and hold no prefix-cache entry.",
-           "gauge", e.free_blocks - e.cached_blocks, out);
-    Single("dsv41_kv_blocks_total", "KV block ids in the pool.", "gauge", e.total_blocks, out);
-    Single("dsv41_kv_cache_usage", "Fraction of KV block ids in use (0..1).", "gauge",
-           e.total_blocks == 0 ? 0.0 : static_cast<double>(used) / e.total_blocks, out);
-    Single("dsv41_prompt_tokens_total", "Prompt tokens admitted.", "counter",
-           static_cast<double>(e.prompt_tokens), out);
-    Single("dsv41_prompt_tokens_computed_total",
-           "Prompt tokens computed (prefill chunks run; prefix-cache hits are not).", "counter",
-           static_cast<double>(e.prompt_tokens_computed), out);
-    Single("dsv41_generation_tokens_total", "Tokens generated.", "counter",
-           static_cast<double>(e.generation_tokens), out);
-    Single("dsv41_prefix_cache_queried_tokens_total",
-           "Prompt tokens looked up in the prefix cache.", "counter",
-           static_cast<double>(e.prefix_queried_tokens), out);
-    Single("dsv41_prefix_cache_hit_tokens_total", "Prompt tokens served by the prefix cache.",
-           "counter", static_cast<double>(e.prefix_hit_tokens), out);
-    Single("dsv41_num_preemptions_total", "Requests preempted (blocks released, recomputed later).",
-           "counter", static_cast<double>(e.num_preemptions), out);
-    Single("dsv41_engine_steps_total", "Engine steps run.", "counter",
-           static_cast<double>(e.num_steps), out);
-    RenderSpeculative(e, out);
-    // Engram offload (serving.md §8.7).
-    const EngramFetchStats& f = e.engram_fetch;
-    const EngramStoreCounters& st = e.engram_store;
-    Single("dsv41_engram_rows_requested_total",
-           "Engram rows the scheduled tokens asked for (token x column x layer).", "counter",
-           static_cast<double>(f.rows_requested), out);
-    Single("dsv41_engram_rows_deduplicated_total",
-           "Of those, repeats within a step that were not fetched again.", "counter",
-           static_cast<double>(f.rows_deduplicated), out);
-    Single("dsv41_engram_rows_fetched_total",
-           "Rows asked of the Engram stores (de-duplicated, plus look-ahead).", "counter",
-           static_cast<double>(st.rows_fetched), out);
-    Single("dsv41_engram_rows_cache_hits_total", "Rows served from the hot-row cache.", "counter",
-           static_cast<double>(st.cache_hits), out);
-    Single("dsv41_engram_rows_read_total", "Rows read from the table files (disk tier).", "counter",
-           static_cast<double>(st.rows_read), out);
-    Single("dsv41_engram_bytes_read_total", "Bytes read from the table files (disk tier).",
-           "counter", static_cast<double>(st.bytes_read), out);
-    Single("dsv41_engram_pages_read_total", "Distinct 4 KiB pages read (disk tier).", "counter",
-           static_cast<double>(st.pages_read), out);
-    Single("dsv41_engram_cache_hit_rate", "Hot-row cache hits / rows fetched (0..1).", "gauge",
-           st.rows_fetched == 0
-               ? 0.0
-               : static_cast<double>(st.cache_hits) / static_cast<double>(st.rows_fetched),
-           out);
-    Single("dsv41_engram_failed_steps_total",
-           "Steps whose requests failed because their Engram rows could not be read.", "counter",
-           static_cast<double>(e.failed_steps), out);
-    Header("dsv41_engram_wait_seconds_total",
-           "Time the forward waited for an Engram layer's rows, by Engram slot.", "counter", out);
-    for (size_t slot = 0; slot < f.wait_ms_per_layer.size(); ++slot) {
-      Sample("dsv41_engram_wait_seconds_total", StrFormat("{engram_slot=\"%zu\"}", slot),
-             f.wait_ms_per_layer[slot] / 1e3, out);
-    }
-    Header("dsv41_engram_fetch_latency_seconds",
-           "Time to fetch one Engram layer's rows of one step.", "histogram", out);
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < f.fetch_latency_counts.size(); ++i) {
-      cumulative += f.fetch_latency_counts[i];
-      const std::string le = i < kEngramFetchLatencyBucketsMs.size()
-                                 ? FormatDouble(kEngramFetchLatencyBucketsMs[i] / 1e3)
-                                 : "+Inf";
-      Sample("dsv41_engram_fetch_latency_seconds_bucket", "{le=\"" + le + "\"}",
-             static_cast<double>(cumulative), out);
-    }
-    Sample("dsv41_engram_fetch_latency_seconds_sum", "", f.fetch_latency_sum_ms / 1e3, out);
-    Sample("dsv41_engram_fetch_latency_seconds_count", "",
-           static_cast<double>(f.fetch_latency_count), out);
+    RenderScheduler(engine_, out);
+    RenderSpeculative(engine_, out);
+    RenderEngram(engine_, out);
     Header("dsv41_request_success_total", "Requests that ended, by finish reason.", "counter", out);
     for (std::string_view reason : {"stop", "length", "abort"}) {
       const auto it = finished_.find(reason);
