@@ -17,6 +17,7 @@
 #include "base/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
+#include "engine/output_processor.h"
 
 namespace dsv41 {
 
@@ -69,6 +70,8 @@ inline std::vector<Generated> RunRequests(
   arrival_step.resize(prompts.size(), 0);
   std::vector<Generated> out(prompts.size());
   std::map<uint64_t, size_t> index_of;
+  // Text, stop strings and the finish reason, as a frontend makes them of the engine's outputs.
+  std::vector<std::unique_ptr<OutputProcessor>> processors(prompts.size());
   uint64_t first_id = 0;
   size_t added = 0;
   for (int step = 0; added < prompts.size() || (*engine)->HasUnfinished(); ++step) {
@@ -80,22 +83,32 @@ inline std::vector<Generated> RunRequests(
       if (!id.ok()) return out;
       if (i == 0) first_id = *id;
       index_of[*id] = i;
+      processors[i] =
+          std::make_unique<OutputProcessor>(TextProcessorOptions(*m.tokenizer, params[i]));
       ++added;
     }
     Result<std::vector<RequestOutput>> outputs = (*engine)->Step();
     EXPECT_TRUE(outputs.ok()) << outputs.status().ToString();
     if (!outputs.ok()) return out;
     for (const RequestOutput& o : *outputs) {
-      Generated& g = out[index_of.at(o.request_id)];
-      g.tokens.insert(g.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-      g.logprobs.insert(g.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
-      g.prompt_logits.insert(g.prompt_logits.end(), o.prompt_logits.begin(), o.prompt_logits.end());
-      g.text += o.text;
-      g.cached_tokens = std::max(g.cached_tokens, o.num_cached_prompt_tokens);
-      if (o.finish != FinishReason::kNone) g.finish = o.finish;
+      OutputProcessor& p = *processors[index_of.at(o.request_id)];
+      p.Push(o);
+      if (p.needs_abort()) {
+        EXPECT_TRUE((*engine)->Abort(o.request_id).ok());
+      }
     }
     if (after_step) after_step(**engine, first_id);
     EXPECT_LT(step, 100000);
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (processors[i] == nullptr) continue;
+    const OutputProcessor& p = *processors[i];
+    out[i] = Generated{.tokens = p.token_ids(),
+                       .logprobs = p.logprobs(),
+                       .prompt_logits = p.prompt_logits(),
+                       .text = p.content(),
+                       .finish = p.finish(),
+                       .cached_tokens = p.cached_tokens()};
   }
   EXPECT_TRUE((*engine)->CheckConsistency().ok());
   const EngineStats s = (*engine)->stats();

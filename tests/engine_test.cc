@@ -352,7 +352,7 @@ TEST_F(EngineTest, StopTokensStopStringsAndLengthEndRequests) {
     SamplingParams stop_text = Greedy(12);
     stop_text.stop = {free_run.text.substr(3, 3)};
     const Generated cut = RunOne(Options(), prompt, stop_text);
-    EXPECT_EQ(cut.finish, FinishReason::kStop);
+    EXPECT_EQ(cut.finish, FinishReason::kStopString);
     EXPECT_EQ(cut.text, free_run.text.substr(0, free_run.text.find(stop_text.stop[0])));
   }
 }

@@ -12,6 +12,7 @@
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
+#include "engine/output_processor.h"
 
 namespace dsv41 {
 namespace {
@@ -65,7 +66,7 @@ int RunRun(RunFlags flags) {
   const Clock::time_point start = Clock::now();
   Clock::time_point first_token;
   int32_t generated = 0;
-  FinishReason finish = FinishReason::kNone;
+  OutputProcessor processor(TextProcessorOptions(*m->tokenizer, flags.params));
   while ((*engine)->HasUnfinished()) {
     Result<std::vector<RequestOutput>> outputs = (*engine)->Step();
     if (!outputs.ok()) {
@@ -74,14 +75,18 @@ int RunRun(RunFlags flags) {
     }
     for (const RequestOutput& out : *outputs) {
       if (generated == 0 && !out.new_token_ids.empty()) first_token = Clock::now();
-      generated += static_cast<int32_t>(out.new_token_ids.size());
-      std::fputs(out.text.c_str(), stdout);
+      const ProcessedOutput processed = processor.Push(out);
+      generated += static_cast<int32_t>(processed.token_ids.size());
+      for (const OutputDelta& delta : processed.deltas) std::fputs(delta.text.c_str(), stdout);
       std::fflush(stdout);
-      if (out.finish == FinishReason::kError) {
-        std::fprintf(stderr, "\ndsv41 run: %s\n", out.error.c_str());
+      if (processor.finish() == FinishReason::kError) {
+        std::fprintf(stderr, "\ndsv41 run: %s\n", processor.error().c_str());
         return 1;
       }
-      if (out.finish != FinishReason::kNone) finish = out.finish;
+      if (processor.needs_abort()) {
+        const Status aborted = (*engine)->Abort(out.request_id);
+        if (!aborted.ok()) std::fprintf(stderr, "\ndsv41 run: %s\n", aborted.ToString().c_str());
+      }
     }
   }
   std::fputs("\n", stdout);
@@ -94,7 +99,7 @@ int RunRun(RunFlags flags) {
                "(%.1f tok/s); finish: %s\n",
                prompt_tokens, prefill_s, prompt_tokens / std::max(prefill_s, 1e-9), generated,
                decode_s, std::max(generated - 1, 0) / std::max(decode_s, 1e-9),
-               std::string(FinishReasonName(finish)).c_str());
+               std::string(FinishReasonName(processor.finish())).c_str());
   if (options->speculative.method != SpeculativeMethod::kOff) {
     const EngineStats stats = (*engine)->stats();
     std::fprintf(stderr,

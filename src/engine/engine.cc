@@ -38,6 +38,7 @@ std::string_view FinishReasonName(FinishReason reason) {
     case FinishReason::kNone:
       return "";
     case FinishReason::kStop:
+    case FinishReason::kStopString:
       return "stop";
     case FinishReason::kLength:
       return "length";
@@ -123,14 +124,6 @@ Status Engine::Build(ThreadPool& pool) {
   proposer_ = std::make_unique<DraftProposer>(model_, options_.speculative, options_.block_tokens,
                                               *runner_);
   eos_token_id_ = model_.eos_token_id();
-  // The most text one token can stream: its bytes plus an incomplete character's, each byte at
-  // worst replaced by U+FFFD (3 bytes).
-  size_t token_bytes = 0;
-  for (int32_t id = 0; id < model_.tokenizer->vocab_size(); ++id) {
-    token_bytes = std::max(token_bytes, model_.tokenizer->TokenBytes(id).size());
-  }
-  max_token_text_bytes_ = 3 * (token_bytes + 3);
-  text_delta_.reserve(max_token_text_bytes_);
   const size_t positions =
       spec.method == SpeculativeMethod::kOff ? 0 : static_cast<size_t>(spec.num_speculative_tokens);
   stats_.drafts_at_position.assign(positions, 0);
@@ -172,12 +165,6 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
     DSV41_RETURN_IF_ERROR(MapTokensToEngramClasses(model_.token_map, prompt_ids, classes));
   }
   DSV41_RETURN_IF_ERROR(r->history.Append(prompt_ids, classes));
-  r->detokenizer = std::make_unique<StreamingDetokenizer>(
-      *model_.tokenizer, DecodeOptions{.skip_special_tokens = params.skip_special_tokens,
-                                       .keep_chat_markers = params.keep_chat_markers});
-  r->stop_matcher = std::make_unique<StopStringMatcher>(params.stop);
-  r->detokenizer->Reserve(max_token_text_bytes_);
-  r->stop_matcher->Reserve(max_token_text_bytes_);
   const SpeculativeOptions& spec = options_.speculative;
   r->guard = DraftGuard(DraftGuard::Options{.min_acceptance = spec.min_acceptance,
                                             .initial_pause_steps = spec.guard_initial_pause_steps,
@@ -213,21 +200,14 @@ void Engine::FailStep(const SchedulerOutput& scheduled, const Status& error,
     out.request_id = r.id;
     out.num_prompt_tokens = r.num_prompt_tokens;
     out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
-    Finish(r, FinishReason::kError, out, /*flush_text=*/false,
+    Finish(r, FinishReason::kError, out,
            StrFormat("request %llu: the step failed: %s", static_cast<unsigned long long>(r.id),
                      error.ToString().c_str()));
     Remove(r);
   }
 }
 
-void Engine::Finish(Request& r, FinishReason reason, RequestOutput& out, bool flush_text,
-                    std::string error) {
-  if (flush_text) {
-    // Flush the text held back for an incomplete character or a possible stop string.
-    const StopStringMatcher::Result tail = r.stop_matcher->Push(r.detokenizer->Finish());
-    out.text += tail.emit;
-    if (!tail.stopped) out.text += r.stop_matcher->Flush();
-  }
+void Engine::Finish(Request& r, FinishReason reason, RequestOutput& out, std::string error) {
   r.finish = reason;
   r.status = RequestStatus::kFinished;
   out.finish = reason;
@@ -240,10 +220,10 @@ void Engine::Emit(Request& r, const SampledToken& s, RequestOutput& out) {
   if (model_.engram.num_layers() > 0) {
     const Status mapped =
         MapTokensToEngramClasses(model_.token_map, std::span(&token, 1), std::span(&class_id, 1));
-    if (!mapped.ok()) return Finish(r, FinishReason::kError, out, false, mapped.ToString());
+    if (!mapped.ok()) return Finish(r, FinishReason::kError, out, mapped.ToString());
   }
   const Status appended = r.history.Append(std::span(&token, 1), std::span(&class_id, 1));
-  if (!appended.ok()) return Finish(r, FinishReason::kError, out, false, appended.ToString());
+  if (!appended.ok()) return Finish(r, FinishReason::kError, out, appended.ToString());
   ++stats_.generation_tokens;
   out.new_token_ids.push_back(token);
   if (r.params.logprobs > 0) out.logprobs.push_back(s);
@@ -251,13 +231,8 @@ void Engine::Emit(Request& r, const SampledToken& s, RequestOutput& out) {
   const std::vector<int32_t>& stop_ids = r.params.stop_token_ids;
   if ((!r.params.ignore_eos && token == eos_token_id_) ||
       std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
-    return Finish(r, FinishReason::kStop, out);  // the stop token's text is not emitted
-  }
-  std::string& delta = text_delta_;
-  delta.clear();
-  r.detokenizer->Push(token, delta);
-  if (r.stop_matcher->Push(delta, out.text)) {
-    return Finish(r, FinishReason::kStop, out, /*flush_text=*/false);
+    out.ends_with_stop_token = true;
+    return Finish(r, FinishReason::kStop, out);
   }
   if (r.num_tokens() >= r.max_total_tokens) Finish(r, FinishReason::kLength, out);
 }
@@ -462,13 +437,12 @@ RequestOutput& Engine::NextOutput(std::vector<RequestOutput>& outputs, size_t n)
   // A step emits up to 1 + K tokens per request.
   const size_t tokens = 1 + static_cast<size_t>(options_.speculative.num_speculative_tokens);
   out.new_token_ids.reserve(tokens);
-  out.text.reserve(tokens * max_token_text_bytes_);
   out.request_id = 0;
   out.new_token_ids.clear();
-  out.text.clear();
   out.logprobs.clear();
   out.prompt_logits.clear();
   out.finish = FinishReason::kNone;
+  out.ends_with_stop_token = false;
   out.error.clear();
   out.num_prompt_tokens = 0;
   out.num_cached_prompt_tokens = 0;

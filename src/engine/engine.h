@@ -4,8 +4,8 @@
 // sampling parameters; each Step schedules (Scheduler), runs one forward over the whole flattened
 // batch through the paged KV cache (ModelRunner), verifies and samples every request that reached
 // the end of its tokens, updates the scheduler, and lets the DraftProposer draft the next step. It
-// reports new tokens, streamed text and finish reasons. A bad request fails alone; the others keep
-// running.
+// reports new token ids and finish reasons; the text is the output processor's, on the frontend
+// side (engine/output_processor.h). A bad request fails alone; the others keep running.
 
 #include <cstdint>
 #include <map>
@@ -84,8 +84,7 @@ class Engine {
   Result<std::vector<RequestOutput>> Step();
   // The same into `outputs` (resized to this step's outputs). Its elements are reused: passing
   // the same vector every step, a steady-state decode step allocates nothing (unless a request
-  // asks for logprobs, whose lists are built per token, or a text delta outgrows the small-string
-  // buffer).
+  // asks for logprobs, whose lists are built per token).
   Status Step(std::vector<RequestOutput>& outputs);
   bool HasUnfinished() const { return !requests_.empty() || !pending_outputs_.empty(); }
   EngineStats stats() const;
@@ -122,10 +121,8 @@ class Engine {
   // of rejected rows, the seeding of kept ones; kept_, finished_ and ready_ learn the outcome.
   // logit_idx walks the batch's logit rows. Returns whether it verified drafts.
   bool UpdateRequest(size_t i, size_t& logit_idx, RequestOutput& out);
-  // Ends `r` with `reason`; flush_text emits the text held back for an incomplete character or a
-  // possible stop string (not after a stop string or an error).
-  void Finish(Request& r, FinishReason reason, RequestOutput& out, bool flush_text = true,
-              std::string error = {});
+  // Ends `r` with `reason` (and `error`, with kError).
+  void Finish(Request& r, FinishReason reason, RequestOutput& out, std::string error = {});
   // Drops an ended request (scheduler, proposer, the request table).
   void Remove(Request& r);
   // A step whose Engram rows could not be read: its requests end with `error`, their blocks are
@@ -149,8 +146,6 @@ class Engine {
   std::map<uint64_t, std::unique_ptr<Request>> requests_;
   std::vector<RequestOutput> pending_outputs_;  // aborts since the last Step
   SamplerScratch sampler_scratch_;
-  std::string text_delta_;           // Emit's detokenized text (capacity kept)
-  size_t max_token_text_bytes_ = 0;  // the most text one token streams
   EngineStats stats_;
   bool seeds_drafts_ = false;  // DSpark on: the main forward records main_hidden
   // Reused every step (their capacity kept), so a steady-state step allocates nothing.

@@ -17,21 +17,27 @@
 
 namespace dsv41 {
 
-enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+// Why a generation ended. The engine reports kStop (EOS or a stop token id), kLength, kAbort and
+// kError; kStopString (a stop string matched the text) is the output processor's
+// (engine/output_processor.h), which works on the text the engine never makes.
+enum class FinishReason { kNone, kStop, kStopString, kLength, kAbort, kError };
 
-// "", "stop", "length", "abort", "error" (OpenAI's finish_reason words where they exist).
+// "", "stop" (kStop and kStopString), "length", "abort", "error" (OpenAI's finish_reason words
+// where they exist).
 std::string_view FinishReasonName(FinishReason reason);
 
 // Per request, per step.
 struct RequestOutput {
   uint64_t request_id = 0;
   std::vector<int32_t> new_token_ids;
-  std::string text;                    // the streamed text delta (stop strings withheld)
   std::vector<SampledToken> logprobs;  // one per new token when params.logprobs > 0
   // With prompt_logits: [rows, vocab] logits of the prompt positions this step computed (and the
   // last prompt position's, which the first token is sampled from).
   std::vector<float> prompt_logits;
   FinishReason finish = FinishReason::kNone;
+  // The last new token is the EOS or stop token id that ended the request (kStop): counted as
+  // an output token, its text withheld.
+  bool ends_with_stop_token = false;
   std::string error;  // with FinishReason::kError
   int32_t num_prompt_tokens = 0;
   int64_t num_cached_prompt_tokens = 0;  // prefix-cache hit

@@ -2,7 +2,9 @@
 
 // One generation request as the engine tracks it (vLLM V1's Request): its token history (prompt,
 // then generated tokens, with their Engram class ids), how many positions its cache holds, its
-// block tables, its sampling parameters and stop state. Engine thread only.
+// block tables, its sampling parameters and why it ended. No text: the output processor
+// (engine/output_processor.h) detokenizes and matches stop strings on the frontend side. Engine
+// thread only.
 
 #include <cstdint>
 #include <memory>
@@ -13,10 +15,8 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/speculative.h"
-#include "engine/stop_strings.h"
 #include "kv/kv_cache_manager.h"
 #include "kv/token_history.h"
-#include "text/tokenizer.h"
 
 namespace dsv41 {
 
@@ -37,8 +37,6 @@ struct Request {
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish = FinishReason::kNone;
   std::string error;
-  std::unique_ptr<StreamingDetokenizer> detokenizer;
-  std::unique_ptr<StopStringMatcher> stop_matcher;
   // Speculative decoding: the drafts proposed for positions num_tokens() .. (never part of the
   // history: a verify step appends them for its forward only and emits the accepted ones), with
   // their Engram class ids, and the request's acceptance guard.

@@ -208,19 +208,19 @@ Result<bool> ToolChoiceNone(const JsonValue& body, const std::vector<JsonValue>&
                               name.value_or("").c_str());
 }
 
-std::string_view StopReason(const GenerationTracker& t) {
+std::string_view StopReason(const OutputProcessor& t) {
   if (!t.tool_calls().empty()) return "tool_use";
-  switch (t.end()) {
-    case EndReason::kStopString:
+  switch (t.finish()) {
+    case FinishReason::kStopString:
       return "stop_sequence";
-    case EndReason::kLength:
+    case FinishReason::kLength:
       return "max_tokens";
     default:
       return "end_turn";
   }
 }
 
-JsonValue UsageJson(const GenerationTracker& t) {
+JsonValue UsageJson(const OutputProcessor& t) {
   return JsonObject({{"input_tokens", JsonInt(t.prompt_tokens() - t.cached_tokens())},
                      {"cache_creation_input_tokens", JsonInt(0)},
                      {"cache_read_input_tokens", JsonInt(t.cached_tokens())},
@@ -241,9 +241,9 @@ class MessagesWriter final : public ResponseWriter {
   // message_start goes out as soon as the request is admitted, so a long prefill shows the
   // client a live stream (pings follow); the prefix-cache hit is known only from the first
   // output, so its usage reports the cache read in message_delta.
-  std::string StreamStart(const GenerationTracker& t) override { return Open(t); }
+  std::string StreamStart(const OutputProcessor& t) override { return Open(t); }
 
-  std::string StreamDelta(const TrackedDelta& d, const GenerationTracker& t) override {
+  std::string StreamDelta(const ProcessedOutput& d, const OutputProcessor& t) override {
     std::string out = Open(t);
     for (const OutputDelta& delta : d.deltas) {
       switch (delta.kind) {
@@ -275,8 +275,8 @@ class MessagesWriter final : public ResponseWriter {
     return out;
   }
 
-  std::string StreamEnd(const GenerationTracker& t) override {
-    if (t.end() == EndReason::kError || t.end() == EndReason::kAbort) {
+  std::string StreamEnd(const OutputProcessor& t) override {
+    if (t.finish() == FinishReason::kError || t.finish() == FinishReason::kAbort) {
       return "event: error\ndata: " + AnthropicErrorBody(EndedRequestError(t)) + "\n\n";
     }
     std::string out = Open(t) + CloseBlock();
@@ -294,7 +294,7 @@ class MessagesWriter final : public ResponseWriter {
     return SseEvent("ping", JsonObject({{"type", JsonString("ping")}}));
   }
 
-  JsonValue Response(const GenerationTracker& t) override {
+  JsonValue Response(const OutputProcessor& t) override {
     JsonValue content = JsonArray();
     if (request_.starts_in_reasoning) {
       content.Push(JsonObject({{"type", JsonString("thinking")},
@@ -317,13 +317,13 @@ class MessagesWriter final : public ResponseWriter {
   }
 
  private:
-  static JsonValue StopSequence(const GenerationTracker& t) {
-    return t.end() == EndReason::kStopString && t.tool_calls().empty()
+  static JsonValue StopSequence(const OutputProcessor& t) {
+    return t.finish() == FinishReason::kStopString && t.tool_calls().empty()
                ? JsonString(std::string(t.stop_sequence()))
                : JsonValue();
   }
 
-  JsonValue Message(const GenerationTracker& t, JsonValue content) const {
+  JsonValue Message(const OutputProcessor& t, JsonValue content) const {
     return JsonObject({{"id", JsonString(id_)},
                        {"type", JsonString("message")},
                        {"role", JsonString("assistant")},
@@ -335,7 +335,7 @@ class MessagesWriter final : public ResponseWriter {
   }
 
   // message_start (and the thinking block of a thinking-mode prompt) before the first delta.
-  std::string Open(const GenerationTracker& t) {
+  std::string Open(const OutputProcessor& t) {
     if (started_) return "";
     started_ = true;
     JsonValue message = Message(t, JsonArray());
@@ -512,9 +512,9 @@ Result<GenerationRequest> ParseMessagesRequest(const JsonValue& body, const Serv
   r.stream = stream.value_or(false);
   SamplingParams& params = r.submission.params;
   DSV41_RETURN_IF_ERROR(ReadSamplingFields(body, params));
-  DSV41_ASSIGN_OR_RETURN(r.content_stop, StringListField(body, "stop_sequences"));
-  for (size_t i = 0; i < r.content_stop.size(); ++i) {
-    if (r.content_stop[i].empty()) {
+  DSV41_ASSIGN_OR_RETURN(r.submission.params.stop, StringListField(body, "stop_sequences"));
+  for (size_t i = 0; i < r.submission.params.stop.size(); ++i) {
+    if (r.submission.params.stop[i].empty()) {
       return InvalidArgumentError("stop_sequences[%zu]: must not be empty", i);
     }
   }

@@ -43,9 +43,9 @@ std::shared_ptr<RequestStream> EngineLoop::Submit(Submission submission, SubmitR
   return stream;
 }
 
-void EngineLoop::Abort(uint64_t stream_id) {
+void EngineLoop::Abort(uint64_t stream_id, FinishReason reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  aborts_.push_back(stream_id);
+  aborts_.push_back(AbortRequest{stream_id, reason});
   wake_.notify_one();
 }
 
@@ -75,7 +75,7 @@ void EngineLoop::Finished(size_t count) {
 void EngineLoop::Run() {
   while (true) {
     std::vector<Pending> submissions;
-    std::vector<uint64_t> aborts;
+    std::vector<AbortRequest> aborts;
     bool abort_all = false;
     bool stop = false;
     {
@@ -103,14 +103,18 @@ void EngineLoop::Run() {
     if (!refused.empty()) Finished(refused.size());
     for (auto& [stream, status] : refused) stream->Reject(std::move(status));
     if (abort_all) {
-      for (const auto& [engine_id, live] : live_) aborts.push_back(live.stream->id());
+      for (const auto& [engine_id, live] : live_) {
+        aborts.push_back(AbortRequest{live.stream->id(), FinishReason::kAbort});
+      }
     }
-    for (uint64_t stream_id : aborts) {
-      const auto it = engine_id_of_.find(stream_id);
+    for (const AbortRequest& abort : aborts) {
+      const auto it = engine_id_of_.find(abort.stream_id);
       if (it == engine_id_of_.end()) continue;  // finished already
       // NotFound: it finished in the last step; its final output is on its way.
       const Status aborted = backend_.Abort(it->second);
-      if (aborted.ok()) engine_id_of_.erase(it);
+      if (!aborted.ok()) continue;
+      live_.at(it->second).abort_reason = abort.reason;
+      engine_id_of_.erase(it);
     }
     if (backend_.HasUnfinished()) {
       const RequestStream::Clock::time_point start = RequestStream::Clock::now();
@@ -152,7 +156,9 @@ void EngineLoop::Dispatch() {
     const bool finished = out.finish != FinishReason::kNone;
     if (finished) {
       metrics_.e2e_latency().Observe(Seconds(now - live.stream->arrival()));
-      if (out.finish != FinishReason::kError) metrics_.CountFinished(FinishReasonName(out.finish));
+      const FinishReason counted =
+          out.finish == FinishReason::kAbort ? live.abort_reason : out.finish;
+      if (counted != FinishReason::kError) metrics_.CountFinished(FinishReasonName(counted));
       if (out.finish == FinishReason::kError) {
         DSV41_LOG_ERROR("request %llu failed: %s",
                         static_cast<unsigned long long>(live.stream->id()), out.error.c_str());

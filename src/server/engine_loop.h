@@ -52,10 +52,11 @@ class EngineLoop {
   // --max-num-seqs + --max-queue live requests (kOverloaded) or shutting down. Never blocks on
   // the engine.
   std::shared_ptr<RequestStream> Submit(Submission submission, SubmitRefusal* refusal);
-  // Ends the request of `stream_id` (a client went away, a stop string on content matched): the
-  // loop aborts it before its next step, freeing its blocks; its stream gets a kAbort output.
+  // Ends the request of `stream_id` (kAbort: a client went away; kStopString: the output
+  // processor matched a stop string): the loop aborts it before its next step, freeing its
+  // blocks; its stream gets a kAbort output, and the finished-requests metric counts `reason`.
   // A finished or unknown id is ignored.
-  void Abort(uint64_t stream_id);
+  void Abort(uint64_t stream_id, FinishReason reason);
 
   // Stops admitting (Submit refuses), lets live requests run up to `grace`, aborts the rest and
   // joins the loop thread. Idempotent.
@@ -74,6 +75,7 @@ class EngineLoop {
     std::shared_ptr<RequestStream> stream;
     bool has_token = false;
     RequestStream::Clock::time_point last_token;
+    FinishReason abort_reason = FinishReason::kAbort;  // counted when its kAbort output comes
   };
 
   void Run();
@@ -91,7 +93,11 @@ class EngineLoop {
   std::condition_variable wake_;      // the loop: work arrived
   std::condition_variable finished_;  // Shutdown: a request finished
   std::vector<Pending> submissions_;  // guarded by mu_
-  std::vector<uint64_t> aborts_;      // stream ids; guarded by mu_
+  struct AbortRequest {
+    uint64_t stream_id = 0;
+    FinishReason reason = FinishReason::kAbort;
+  };
+  std::vector<AbortRequest> aborts_;  // guarded by mu_
   int32_t num_live_ = 0;              // guarded by mu_
   bool shutting_down_ = false;        // guarded by mu_
   bool abort_all_ = false;            // guarded by mu_

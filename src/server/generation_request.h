@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/output_processor.h"
 #include "server/engine_loop.h"
 #include "text/tokenizer.h"
 
@@ -44,11 +45,10 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage (OpenAI)
 
-  // Chat endpoints: the output is parsed into reasoning, content and tool calls (§7); stop
-  // strings match the content only (§7.3), so the server matches them, not the engine.
+  // Chat endpoints: the output is parsed into reasoning, content and tool calls (§7); the stop
+  // strings (submission.params.stop) then match the content only (§7.3).
   bool parse_chat = false;
   bool starts_in_reasoning = false;  // the prompt ended with "<think>"
-  std::vector<std::string> content_stop;
 
   // Logprobs: chat `logprobs` + `top_logprobs`; completions `logprobs` N (N top entries).
   bool logprobs = false;
@@ -62,5 +62,9 @@ struct GenerationRequest {
   // /v1/responses: what the response object echoes and where it is stored.
   std::shared_ptr<const ResponsesRequest> responses;
 };
+
+// The output processor's options for `request` on `served`'s tokenizer.
+OutputProcessorOptions ProcessorOptionsFor(const GenerationRequest& request,
+                                           const ServedModel& served);
 
 }  // namespace dsv41

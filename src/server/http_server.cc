@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "base/log.h"
+#include "engine/output_processor.h"
 #include "server/anthropic_api.h"
 #include "server/api_error.h"
-#include "server/generation_tracker.h"
 #include "server/openai_api.h"
 #include "server/request_fields.h"
 #include "server/response_writer.h"
@@ -95,7 +95,7 @@ class ElasticTaskQueue final : public httplib::TaskQueue {
 struct StreamState {
   std::shared_ptr<void> active;  // counts the request as in flight while it lives
   GenerationRequest request;
-  std::unique_ptr<GenerationTracker> tracker;
+  std::unique_ptr<OutputProcessor> processor;
   std::unique_ptr<ResponseWriter> writer;
   std::shared_ptr<RequestStream> stream;
   RequestOutput output;  // swapped with the stream's buffer by every Wait
@@ -282,18 +282,21 @@ struct HttpServer::Impl {
     }
     const Status admitted = state->stream->WaitAdmitted();
     if (!admitted.ok()) return SendError(anthropic, ApiErrorFromStatus(admitted), res);
-    state->tracker = std::make_unique<GenerationTracker>(state->request, served.think_close_id);
+    state->processor =
+        std::make_unique<OutputProcessor>(ProcessorOptionsFor(state->request, served));
     state->writer = MakeResponseWriter(state->request, served);
 
     if (!state->request.stream) {
-      while (!state->tracker->ended()) {
+      while (!state->processor->ended()) {
         if (!state->stream->Wait(state->output, options.heartbeat)) continue;
-        state->tracker->Push(state->output);
-        if (state->tracker->needs_abort()) loop.load()->Abort(state->stream->id());
+        state->processor->Push(state->output);
+        if (state->processor->needs_abort()) {
+          loop.load()->Abort(state->stream->id(), FinishReason::kStopString);
+        }
       }
       Finished(*state);
-      const GenerationTracker& t = *state->tracker;
-      if (t.end() == EndReason::kError || t.end() == EndReason::kAbort) {
+      const OutputProcessor& t = *state->processor;
+      if (t.finish() == FinishReason::kError || t.finish() == FinishReason::kAbort) {
         return SendError(anthropic, EndedRequestError(t), res);
       }
       res.set_content(FormatJson(state->writer->Response(t)), "application/json");
@@ -308,8 +311,8 @@ struct HttpServer::Impl {
         [this, state](bool) {
           // Ended early (the client went away, or the server stops): abort at once, so the
           // engine frees the request's blocks before its next step.
-          if (!state->tracker->ended()) {
-            loop.load()->Abort(state->stream->id());
+          if (!state->processor->ended()) {
+            loop.load()->Abort(state->stream->id(), FinishReason::kAbort);
             DSV41_LOG_INFO("request %llu: client disconnected; aborted",
                            static_cast<unsigned long long>(state->stream->id()));
           }
@@ -324,19 +327,19 @@ struct HttpServer::Impl {
       // The first event goes out at once, before any output: a long prefill streams from the
       // first moment, and heartbeats keep it alive until the first token.
       s.started = true;
-      chunk = s.writer->StreamStart(*s.tracker);
+      chunk = s.writer->StreamStart(*s.processor);
       if (chunk.empty()) chunk = s.writer->Heartbeat();
       return sink.write(chunk.data(), chunk.size());
     }
     if (s.stream->Wait(s.output, options.heartbeat)) {
-      const TrackedDelta delta = s.tracker->Push(s.output);
-      chunk += s.writer->StreamDelta(delta, *s.tracker);
+      const ProcessedOutput delta = s.processor->Push(s.output);
+      chunk += s.writer->StreamDelta(delta, *s.processor);
     } else {
       chunk += s.writer->Heartbeat();
     }
-    if (s.tracker->needs_abort()) loop.load()->Abort(s.stream->id());
-    const bool ended = s.tracker->ended();
-    if (ended) chunk += s.writer->StreamEnd(*s.tracker);
+    if (s.processor->needs_abort()) loop.load()->Abort(s.stream->id(), FinishReason::kStopString);
+    const bool ended = s.processor->ended();
+    if (ended) chunk += s.writer->StreamEnd(*s.processor);
     if (!chunk.empty() && !sink.write(chunk.data(), chunk.size())) return false;
     if (ended) {
       Finished(s);
@@ -346,16 +349,16 @@ struct HttpServer::Impl {
   }
 
   void Finished(const StreamState& s) {
-    const GenerationTracker& t = *s.tracker;
+    const OutputProcessor& t = *s.processor;
     if (t.malformed_tool_block()) metrics.CountMalformedToolOutput();
     // A failed non-streaming request is counted when its error is sent; a stream's here.
-    if (t.end() == EndReason::kError && s.request.stream) {
+    if (t.finish() == FinishReason::kError && s.request.stream) {
       metrics.CountError(RequestErrorType::kInternal);
     }
     DSV41_LOG_INFO("request %llu: %d prompt tokens (%lld cached), %d output tokens, end %d",
                    static_cast<unsigned long long>(s.stream->id()), t.prompt_tokens(),
                    static_cast<long long>(t.cached_tokens()), t.completion_tokens(),
-                   static_cast<int>(t.end()));
+                   static_cast<int>(t.finish()));
   }
 
   void Routes() {

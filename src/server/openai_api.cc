@@ -120,7 +120,7 @@ Status CheckStops(const std::vector<std::string>& stops) {
 
 // --- Responses ---------------------------------------------------------------------------------
 
-JsonValue UsageJson(const GenerationTracker& t, bool with_reasoning) {
+JsonValue UsageJson(const OutputProcessor& t, bool with_reasoning) {
   JsonValue usage = JsonObject({
       {"prompt_tokens", JsonInt(t.prompt_tokens())},
       {"completion_tokens", JsonInt(t.completion_tokens())},
@@ -134,18 +134,18 @@ JsonValue UsageJson(const GenerationTracker& t, bool with_reasoning) {
   return usage;
 }
 
-std::string_view FinishWord(const GenerationTracker& t) {
-  switch (t.end()) {
-    case EndReason::kEos:
-    case EndReason::kStopString:
+std::string_view FinishWord(const OutputProcessor& t) {
+  switch (t.finish()) {
+    case FinishReason::kStop:
+    case FinishReason::kStopString:
       return t.tool_calls().empty() ? "stop" : "tool_calls";
-    case EndReason::kLength:
+    case FinishReason::kLength:
       return t.tool_calls().empty() ? "length" : "tool_calls";
-    case EndReason::kAbort:
+    case FinishReason::kAbort:
       return "abort";
-    case EndReason::kError:
+    case FinishReason::kError:
       return "error";
-    case EndReason::kNone:
+    case FinishReason::kNone:
       break;
   }
   return "";
@@ -158,7 +158,7 @@ JsonValue IdsJson(std::span<const int32_t> ids) {
 }
 
 // An error event inside a stream (the status line is sent already).
-std::string StreamError(const GenerationTracker& t) {
+std::string StreamError(const OutputProcessor& t) {
   return "data: " + OpenAiErrorBody(EndedRequestError(t)) + "\n\n";
 }
 
@@ -171,12 +171,12 @@ class ChatCompletionsWriter final : public ResponseWriter {
         created_(UnixSeconds()),
         model_name_(model.NameFor(request.model)) {}
 
-  std::string StreamStart(const GenerationTracker&) override {
+  std::string StreamStart(const OutputProcessor&) override {
     return Chunk(JsonObject({{"role", JsonString("assistant")}, {"content", JsonString("")}}),
                  JsonValue(), JsonValue());
   }
 
-  std::string StreamDelta(const TrackedDelta& d, const GenerationTracker&) override {
+  std::string StreamDelta(const ProcessedOutput& d, const OutputProcessor&) override {
     std::string out;
     JsonValue logprobs = request_.logprobs && !d.logprobs.empty()
                              ? JsonObject({{"content", LogprobsContent(d.logprobs)}})
@@ -204,8 +204,8 @@ class ChatCompletionsWriter final : public ResponseWriter {
     return out;
   }
 
-  std::string StreamEnd(const GenerationTracker& t) override {
-    if (t.end() == EndReason::kError) return StreamError(t) + "data: [DONE]\n\n";
+  std::string StreamEnd(const OutputProcessor& t) override {
+    if (t.finish() == FinishReason::kError) return StreamError(t) + "data: [DONE]\n\n";
     std::string out = Chunk(JsonObject(), JsonValue(), JsonString(std::string(FinishWord(t))));
     if (request_.include_usage) {
       out += SseData(JsonObject({{"id", JsonString(id_)},
@@ -220,7 +220,7 @@ class ChatCompletionsWriter final : public ResponseWriter {
 
   std::string Heartbeat() override { return ": ping\n\n"; }
 
-  JsonValue Response(const GenerationTracker& t) override {
+  JsonValue Response(const OutputProcessor& t) override {
     JsonValue message = JsonObject({
         {"role", JsonString("assistant")},
         {"content", t.content().empty() ? JsonValue() : JsonString(t.content())},
@@ -393,9 +393,9 @@ class CompletionsWriter final : public ResponseWriter {
         model_name_(model.NameFor(request.model)),
         stream_logprobs_(*model.tokenizer, request.top_logprobs) {}
 
-  std::string StreamStart(const GenerationTracker&) override { return ""; }
+  std::string StreamStart(const OutputProcessor&) override { return ""; }
 
-  std::string StreamDelta(const TrackedDelta& d, const GenerationTracker& t) override {
+  std::string StreamDelta(const ProcessedOutput& d, const OutputProcessor& t) override {
     std::string text;
     JsonValue choice = JsonObject({{"index", JsonInt(0)}});
     const bool first = !started_;
@@ -423,8 +423,8 @@ class CompletionsWriter final : public ResponseWriter {
     return SseData(Body(JsonArray({std::move(choice)})));
   }
 
-  std::string StreamEnd(const GenerationTracker& t) override {
-    if (t.end() == EndReason::kError) return StreamError(t) + "data: [DONE]\n\n";
+  std::string StreamEnd(const OutputProcessor& t) override {
+    if (t.finish() == FinishReason::kError) return StreamError(t) + "data: [DONE]\n\n";
     std::string out;
     JsonValue choice = JsonObject({{"index", JsonInt(0)}});
     if (!started_ && request_.return_token_ids) {
@@ -445,7 +445,7 @@ class CompletionsWriter final : public ResponseWriter {
 
   std::string Heartbeat() override { return ": ping\n\n"; }
 
-  JsonValue Response(const GenerationTracker& t) override {
+  JsonValue Response(const OutputProcessor& t) override {
     JsonValue choice = JsonObject({{"index", JsonInt(0)}});
     std::string text = request_.echo ? request_.prompt_text : "";
     text += t.content();
@@ -504,8 +504,8 @@ Result<GenerationRequest> ParseChatBody(const JsonValue& body, const ServedModel
   DSV41_RETURN_IF_ERROR(ReadCommonFields(body, r));
   DSV41_RETURN_IF_ERROR(CheckToolPlacement(body));
   DSV41_RETURN_IF_ERROR(CheckToolChoice(body));
-  DSV41_ASSIGN_OR_RETURN(r.content_stop, StringListField(body, "stop"));
-  DSV41_RETURN_IF_ERROR(CheckStops(r.content_stop));
+  DSV41_ASSIGN_OR_RETURN(r.submission.params.stop, StringListField(body, "stop"));
+  DSV41_RETURN_IF_ERROR(CheckStops(r.submission.params.stop));
   DSV41_ASSIGN_OR_RETURN(std::optional<bool> logprobs, BoolField(body, "logprobs"));
   r.logprobs = logprobs.value_or(false);
   DSV41_ASSIGN_OR_RETURN(std::optional<int64_t> top, IntegerField(body, "top_logprobs"));

@@ -36,7 +36,6 @@ void RequestStream::Push(const RequestOutput& output) {
   RequestOutput& p = pending_;
   if (!has_pending_) {
     p.new_token_ids.clear();
-    p.text.clear();
     p.logprobs.clear();
     p.prompt_logits.clear();
     p.error.clear();
@@ -45,11 +44,11 @@ void RequestStream::Push(const RequestOutput& output) {
   p.request_id = output.request_id;
   p.new_token_ids.insert(p.new_token_ids.end(), output.new_token_ids.begin(),
                          output.new_token_ids.end());
-  p.text += output.text;
   p.logprobs.insert(p.logprobs.end(), output.logprobs.begin(), output.logprobs.end());
   p.prompt_logits.insert(p.prompt_logits.end(), output.prompt_logits.begin(),
                          output.prompt_logits.end());
   p.finish = output.finish;
+  p.ends_with_stop_token = output.ends_with_stop_token;
   p.error += output.error;
   p.num_prompt_tokens = output.num_prompt_tokens;
   p.num_cached_prompt_tokens = output.num_cached_prompt_tokens;

@@ -2,7 +2,7 @@
 
 // One request's path between its HTTP thread and the engine loop (serving.md §1: "stream sink"):
 // the loop's admission verdict, then the request's outputs step by step until the final one.
-// Outputs that arrive before the reader takes them are merged into one (tokens, text, logprobs
+// Outputs that arrive before the reader takes them are merged into one (tokens, logprobs
 // and prompt logits appended; the latest finish): the reader and the stream swap two buffers, so
 // once both have grown, handing an output over allocates nothing on the engine thread.
 

@@ -21,12 +21,12 @@ std::unique_ptr<ResponseWriter> MakeResponseWriter(const GenerationRequest& requ
   return nullptr;
 }
 
-ApiError EndedRequestError(const GenerationTracker& tracker) {
-  if (tracker.end() == EndReason::kAbort) {
+ApiError EndedRequestError(const OutputProcessor& processor) {
+  if (processor.finish() == FinishReason::kAbort) {
     return {503, RequestErrorType::kUnavailable,
             "the request was aborted (the server is stopping)"};
   }
-  return {500, RequestErrorType::kInternal, tracker.error()};
+  return {500, RequestErrorType::kInternal, processor.error()};
 }
 
 std::string SseData(const JsonValue& value) { return "data: " + FormatJson(value) + "\n\n"; }

@@ -446,7 +446,7 @@ namespace {
 
 // --- Responses: output items and the event stream -----------------------------------------------
 
-JsonValue UsageJson(const GenerationTracker& t) {
+JsonValue UsageJson(const OutputProcessor& t) {
   return JsonObject({
       {"input_tokens", JsonInt(t.prompt_tokens())},
       {"input_tokens_details", JsonObject({{"cached_tokens", JsonInt(t.cached_tokens())}})},
@@ -463,14 +463,14 @@ struct Outcome {
   JsonValue error;
 };
 
-Outcome OutcomeOf(const GenerationTracker& t) {
-  switch (t.end()) {
-    case EndReason::kNone:
+Outcome OutcomeOf(const OutputProcessor& t) {
+  switch (t.finish()) {
+    case FinishReason::kNone:
       return {"in_progress", JsonValue(), JsonValue()};
-    case EndReason::kLength:
+    case FinishReason::kLength:
       return {"incomplete", JsonObject({{"reason", JsonString("max_output_tokens")}}), JsonValue()};
-    case EndReason::kAbort:
-    case EndReason::kError: {
+    case FinishReason::kAbort:
+    case FinishReason::kError: {
       const ApiError error = EndedRequestError(t);
       return {"failed", JsonValue(),
               JsonObject(
@@ -481,7 +481,7 @@ Outcome OutcomeOf(const GenerationTracker& t) {
   }
 }
 
-// One output item as it is built from deltas (streaming) or the tracker's result (not).
+// One output item as it is built from deltas (streaming) or the processor's result (not).
 struct OutputItem {
   enum class Kind { kReasoning, kMessage, kFunctionCall };
   Kind kind = Kind::kMessage;
@@ -499,13 +499,13 @@ class ResponsesWriter final : public ResponseWriter {
         created_(UnixSeconds()),
         model_name_(model.NameFor(request.model)) {}
 
-  std::string StreamStart(const GenerationTracker& t) override {
+  std::string StreamStart(const OutputProcessor& t) override {
     JsonValue response = ResponseObject(t, JsonArray());
     std::string out = Event("response.created", {{"response", response}});
     return out + Event("response.in_progress", {{"response", std::move(response)}});
   }
 
-  std::string StreamDelta(const TrackedDelta& d, const GenerationTracker&) override {
+  std::string StreamDelta(const ProcessedOutput& d, const OutputProcessor&) override {
     std::string out;
     for (const OutputDelta& delta : d.deltas) {
       switch (delta.kind) {
@@ -536,7 +536,7 @@ class ResponsesWriter final : public ResponseWriter {
     return out;
   }
 
-  std::string StreamEnd(const GenerationTracker& t) override {
+  std::string StreamEnd(const OutputProcessor& t) override {
     std::string out = Close();
     JsonValue response = Finish(t, OutputOf(items_));
     const std::string_view status = OutcomeOf(t).status;
@@ -548,7 +548,7 @@ class ResponsesWriter final : public ResponseWriter {
 
   std::string Heartbeat() override { return ": ping\n\n"; }
 
-  JsonValue Response(const GenerationTracker& t) override {
+  JsonValue Response(const OutputProcessor& t) override {
     std::vector<OutputItem> items;
     if (!t.reasoning().empty())
       items.push_back(NewItem(OutputItem::Kind::kReasoning, t.reasoning()));
@@ -632,7 +632,7 @@ class ResponsesWriter final : public ResponseWriter {
     return output;
   }
 
-  JsonValue ResponseObject(const GenerationTracker& t, JsonValue output) const {
+  JsonValue ResponseObject(const OutputProcessor& t, JsonValue output) const {
     Outcome outcome = OutcomeOf(t);
     JsonValue response = JsonObject({
         {"id", JsonString(id_)},
@@ -650,7 +650,7 @@ class ResponsesWriter final : public ResponseWriter {
   }
 
   // The final response object; stored when the request asked for it and it did not fail.
-  JsonValue Finish(const GenerationTracker& t, JsonValue output) {
+  JsonValue Finish(const OutputProcessor& t, JsonValue output) {
     JsonValue response = ResponseObject(t, std::move(output));
     if (responses_.store_response && OutcomeOf(t).status != "failed") {
       auto stored = std::make_shared<StoredResponse>();

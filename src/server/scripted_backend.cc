@@ -1,5 +1,6 @@
 #include "server/scripted_backend.h"
 
+#include <array>
 #include <chrono>
 #include <thread>
 
@@ -8,7 +9,7 @@
 
 namespace dsv41 {
 
-ScriptedBackend::ScriptedBackend(std::vector<Token> script, uint32_t num_blocks)
+ScriptedBackend::ScriptedBackend(std::vector<ScriptStep> script, uint32_t num_blocks)
     : num_blocks_(num_blocks) {
   scripts_.push_back(Script{{}, std::move(script)});
 }
@@ -18,22 +19,24 @@ ScriptedBackend::ScriptedBackend(std::vector<Reply> replies, const Tokenizer& to
     : tokenizer_(&tokenizer), source_(std::move(source)), num_blocks_(num_blocks) {
   for (Reply& reply : replies) {
     Script script{std::move(reply.when_prompt_contains), {}};
-    for (int32_t id : reply.token_ids) script.tokens.push_back(Token{id, {}});
+    for (int32_t id : reply.token_ids) script.steps.push_back(ScriptStep{id});
     scripts_.push_back(std::move(script));
   }
 }
 
-std::vector<ScriptedBackend::Token> ScriptedBackend::ByteTokens(std::string_view text) {
-  std::vector<Token> tokens;
-  std::string pending;
-  for (char c : text) {
-    pending += c;
-    Token t;
-    t.id = static_cast<unsigned char>(c);
-    pending.erase(0, AppendUtf8Lossy(pending, /*final=*/false, &t.text));
-    tokens.push_back(std::move(t));
+std::vector<ScriptedBackend::ScriptStep> ScriptedBackend::ByteSteps(std::string_view text,
+                                                                    const Tokenizer& tokenizer) {
+  std::array<int32_t, 256> byte_ids;
+  byte_ids.fill(-1);
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::string_view bytes = tokenizer.TokenBytes(id);
+    if (!tokenizer.IsAdded(id) && bytes.size() == 1) {
+      byte_ids[static_cast<unsigned char>(bytes[0])] = id;
+    }
   }
-  return tokens;
+  std::vector<ScriptStep> steps;
+  for (char c : text) steps.push_back(ScriptStep{byte_ids[static_cast<unsigned char>(c)]});
+  return steps;
 }
 
 Result<std::vector<ScriptedBackend::Reply>> ScriptedBackend::LoadReplies(
@@ -104,9 +107,6 @@ Result<uint64_t> ScriptedBackend::AddRequest(std::vector<int32_t> prompt_ids,
   if (tokenizer_ != nullptr) {
     DSV41_LOG_INFO("request %llu: %zu prompt tokens; scripted reply %zu of %s",
                    static_cast<unsigned long long>(id), prompt_ids.size(), reply, source_.c_str());
-    live.detokenizer = std::make_unique<StreamingDetokenizer>(
-        *tokenizer_, DecodeOptions{.skip_special_tokens = params.skip_special_tokens,
-                                   .keep_chat_markers = params.keep_chat_markers});
   }
   live.num_prompt_tokens = static_cast<int32_t>(prompt_ids.size());
   live.max_tokens = params.max_tokens;
@@ -149,24 +149,24 @@ Status ScriptedBackend::Step(std::vector<RequestOutput>& outputs) {
   }
   for (auto it = live_.begin(); it != live_.end();) {
     Live& r = it->second;
-    const std::vector<Token>& tokens = r.script->tokens;
+    const std::vector<ScriptStep>& steps = r.script->steps;
     RequestOutput out;
     out.request_id = it->first;
     out.num_prompt_tokens = r.num_prompt_tokens;
-    if (r.pos < tokens.size()) {
-      const Token& token = tokens[r.pos];
-      out.new_token_ids.push_back(token.id);
-      out.text = r.detokenizer ? r.detokenizer->Push(token.id) : token.text;
-      ++r.pos;
-      ++generated_;
-    }
-    if (r.pos == tokens.size()) {
+    if (r.pos == steps.size()) {
+      // The script's end stands for EOS (without its token), a step after the last token.
       out.finish = FinishReason::kStop;
-    } else if (static_cast<int32_t>(r.pos) >= r.max_tokens) {
-      out.finish = FinishReason::kLength;
+    } else {
+      const ScriptStep& step = steps[r.pos++];
+      size_t taken = 0;
+      for (; taken < step.size() && r.num_emitted < r.max_tokens; ++taken, ++r.num_emitted) {
+        out.new_token_ids.push_back(step[taken]);
+        ++generated_;
+      }
+      const bool script_left = r.pos < steps.size() || taken < step.size();
+      if (r.num_emitted >= r.max_tokens && script_left) out.finish = FinishReason::kLength;
     }
     const bool done = out.finish != FinishReason::kNone;
-    if (done && r.detokenizer) out.text += r.detokenizer->Finish();
     outputs.push_back(std::move(out));
     if (done) {
       it = live_.erase(it);

@@ -1,7 +1,8 @@
 #pragma once
 
-// A stand-in for the engine's output: every request generates scripted tokens, one per step, with
-// the text the engine would stream for them, then finishes (EOS, or kLength at max_tokens). Two
+// A stand-in for the engine's output: every request generates scripted token ids, a scripted
+// group of them per step (one, or several as a speculative step emits), then finishes (EOS, or
+// kLength at max_tokens); the output processor makes their text, as it does the engine's. Two
 // uses: the server tests and the request fuzzer (one script for every request, or a hold that
 // keeps streams open and fills the queue), and `dsv41 serve --scripted-replies FILE`, which
 // answers by rules on the prompt so a client (a coding agent) can be driven through a scripted
@@ -23,10 +24,8 @@ namespace dsv41 {
 
 class ScriptedBackend final : public GenerationBackend {
  public:
-  struct Token {
-    int32_t id = 0;
-    std::string text;  // what the engine streams for it (whole UTF-8 characters)
-  };
+  // The token ids one step emits.
+  using ScriptStep = std::vector<int32_t>;
 
   // The reply to a prompt whose text (special tokens included) contains every string of
   // `when_prompt_contains`; replies are tried in order, so an empty list is the fallback.
@@ -36,16 +35,15 @@ class ScriptedBackend final : public GenerationBackend {
   };
 
   // ReadStats: total_blocks = num_blocks; each live request holds one block.
-  explicit ScriptedBackend(std::vector<Token> script, uint32_t num_blocks = 64);
-  // Replies chosen by the prompt, streamed through `tokenizer`'s detokenizer as the engine streams
-  // (honouring skip_special_tokens). A prompt no reply matches is an InvalidArgument naming
-  // `source`. Every choice is logged (info). The tokenizer must outlive the backend.
+  explicit ScriptedBackend(std::vector<ScriptStep> script, uint32_t num_blocks = 64);
+  // Replies chosen by the prompt (its text decoded by `tokenizer`), one token per step. A prompt
+  // no reply matches is an InvalidArgument naming `source`. Every choice is logged (info). The
+  // tokenizer must outlive the backend.
   ScriptedBackend(std::vector<Reply> replies, const Tokenizer& tokenizer, std::string source,
                   uint32_t num_blocks = 64);
 
-  // Every script byte its own token (id = the byte); the text of a token is the characters it
-  // completes, as the engine's streaming detokenizer releases them.
-  static std::vector<Token> ByteTokens(std::string_view text);
+  // Every byte of `text` its own step: the id of `tokenizer`'s token for that byte.
+  static std::vector<ScriptStep> ByteSteps(std::string_view text, const Tokenizer& tokenizer);
   // Reads a replies file, {"replies": [{"when_prompt_contains": ["..."], "text": "..."}, ...]},
   // encoding each text with `tokenizer` (added-token literals such as </think> and ｜DSML｜
   // matched). Errors name the file and the field.
@@ -74,21 +72,21 @@ class ScriptedBackend final : public GenerationBackend {
  private:
   struct Script {
     std::vector<std::string> when_prompt_contains;
-    std::vector<Token> tokens;  // texts empty when a detokenizer streams them
+    std::vector<ScriptStep> steps;
   };
   struct Live {
     const Script* script = nullptr;
-    std::unique_ptr<StreamingDetokenizer> detokenizer;  // null: the tokens' own texts
     int32_t num_prompt_tokens = 0;
     int32_t max_tokens = 0;
-    size_t pos = 0;
+    size_t pos = 0;           // the next step of the script
+    int32_t num_emitted = 0;  // tokens so far
   };
 
   // The index of the first script whose strings the prompt contains, or an error naming source_.
   Result<size_t> Choose(const std::vector<int32_t>& prompt_ids) const;
 
   std::vector<Script> scripts_;
-  const Tokenizer* tokenizer_ = nullptr;  // set: scripts chosen by rule, streamed by detokenizer
+  const Tokenizer* tokenizer_ = nullptr;  // set: scripts chosen by rule on the prompt's text
   std::string source_;
   const uint32_t num_blocks_;
   std::atomic<bool> hold_{false};

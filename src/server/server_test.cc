@@ -154,7 +154,7 @@ class ServerTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete tokenizer_; }
 
-  void Start(std::vector<ScriptedBackend::Token> script, HttpServerOptions options = {},
+  void Start(std::vector<ScriptedBackend::ScriptStep> script, HttpServerOptions options = {},
              int32_t max_live = 8, bool ready = true) {
     Start(std::make_unique<ScriptedBackend>(std::move(script)), options, max_live, ready);
   }
@@ -292,21 +292,25 @@ class ServerTest : public ::testing::Test {
 Tokenizer* ServerTest::tokenizer_ = nullptr;
 
 TEST_F(ServerTest, ReasoningContentAndToolCallsSplitAtEveryByteThroughBothApis) {
-  Start(ScriptedBackend::ByteTokens(kScript));
+  Start(ScriptedBackend::ByteSteps(kScript, *tokenizer_));
   ExpectToolCallScriptEverywhere();
 }
 
 TEST_F(ServerTest, WholeScriptInOneStepGivesTheSameResult) {
-  Start({ScriptedBackend::Token{5, kScript}});
+  // Every byte's token in the one step.
+  ScriptedBackend::ScriptStep all;
+  for (const ScriptedBackend::ScriptStep& step : ScriptedBackend::ByteSteps(kScript, *tokenizer_)) {
+    all.insert(all.end(), step.begin(), step.end());
+  }
+  Start({all});
   ExpectToolCallScriptEverywhere();
 }
 
 TEST_F(ServerTest, TokenizedScriptCountsReasoningTokensBeforeThinkClose) {
   Result<std::vector<int32_t>> ids = tokenizer_->Encode(kScript);
   ASSERT_TRUE(ids.ok());
-  std::vector<ScriptedBackend::Token> script;
-  StreamingDetokenizer detok(*tokenizer_);
-  for (int32_t id : *ids) script.push_back({id, detok.Push(id)});
+  std::vector<ScriptedBackend::ScriptStep> script;
+  for (int32_t id : *ids) script.push_back({id});
   Result<std::vector<int32_t>> reasoning_ids = tokenizer_->Encode(kReasoning);
   ASSERT_TRUE(reasoning_ids.ok());
   Start(script);
@@ -322,7 +326,7 @@ TEST_F(ServerTest, TokenizedScriptCountsReasoningTokensBeforeThinkClose) {
 }
 
 TEST_F(ServerTest, TruncatedToolBlockIsContentWithFinishLength) {
-  Start(ScriptedBackend::ByteTokens(kScript));
+  Start(ScriptedBackend::ByteSteps(kScript, *tokenizer_));
   // Stops 10 bytes before the end of the block: §7.6, the raw text after </think> is content.
   const size_t max_tokens = kScript.size() - 10;
   const std::string members = "\"max_tokens\": " + std::to_string(max_tokens);
@@ -346,7 +350,7 @@ TEST_F(ServerTest, TruncatedToolBlockIsContentWithFinishLength) {
 }
 
 TEST_F(ServerTest, ContentStopStringEndsTheRequestAndIsNotMatchedInReasoning) {
-  Start(ScriptedBackend::ByteTokens(kScript));
+  Start(ScriptedBackend::ByteSteps(kScript, *tokenizer_));
   // "first" occurs in the reasoning only, "now" in the content.
   const JsonValue c = Parse(
       Post("/v1/chat/completions", WithMembers(kChatBody, R"("stop": ["first", " now"])")).body);
@@ -372,7 +376,7 @@ TEST_F(ServerTest, ContentStopStringEndsTheRequestAndIsNotMatchedInReasoning) {
 }
 
 TEST_F(ServerTest, ChatModeHasNoReasoningAndCompletionsReturnRawText) {
-  Start(ScriptedBackend::ByteTokens("plain ｜ answer"));
+  Start(ScriptedBackend::ByteSteps("plain ｜ answer", *tokenizer_));
   const JsonValue c =
       Parse(Post("/v1/chat/completions",
                  WithMembers(kChatBody, R"("chat_template_kwargs": {"thinking": false})"))
@@ -402,7 +406,7 @@ TEST_F(ServerTest, ChatModeHasNoReasoningAndCompletionsReturnRawText) {
 // A request that sets no output budget gets --default-max-tokens (capped by what the context
 // leaves); one that sets it keeps its own.
 TEST_F(ServerTest, RequestsWithoutABudgetGetTheDefaultMaxTokens) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   ASSERT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
   const int64_t context_left = 4096 - static_cast<int64_t>(backend_->last_prompt().size());
   EXPECT_EQ(backend_->last_params().max_tokens, context_left);
@@ -480,7 +484,7 @@ TEST_F(ServerTest, ScriptedRepliesAreChosenByWhatThePromptContains) {
 }
 
 TEST_F(ServerTest, SamplingFieldsReachTheEngine) {
-  Start(ScriptedBackend::ByteTokens("x"));
+  Start(ScriptedBackend::ByteSteps("x", *tokenizer_));
   const HttpResponse r =
       Post("/v1/chat/completions",
            WithMembers(kChatBody, R"("temperature": 0.5, "top_p": 0.9, "top_k": 7, "min_p": 0.05,
@@ -498,7 +502,8 @@ TEST_F(ServerTest, SamplingFieldsReachTheEngine) {
   EXPECT_EQ(p.frequency_penalty, -0.5f);
   EXPECT_EQ(p.max_tokens, 33);
   EXPECT_EQ(p.logprobs, 3);
-  EXPECT_TRUE(p.stop.empty()) << "chat stop strings are matched on content by the server";
+  // The output processor matches them on the content; the engine does no text work.
+  EXPECT_EQ(p.stop, std::vector<std::string>{"zz"});
   EXPECT_TRUE(p.skip_special_tokens && p.keep_chat_markers)
       << "the output parser needs </think> and ｜DSML｜, and nothing else special";
 }
@@ -522,7 +527,7 @@ TEST_P(ServerErrorTest, AnswersWithTheErrorShapeNamingTheField) {
   const BadRequest& bad = GetParam();
   HttpServerOptions options;
   options.max_request_bytes = 16384;
-  Start(ScriptedBackend::ByteTokens("ok"), options);
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_), options);
   const HttpResponse r = Post(bad.path, bad.body);
   EXPECT_EQ(r.status, bad.status) << r.body;
   const JsonValue e = Parse(r.body);
@@ -670,7 +675,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(ServerTest, FormEncodedBodiesAreJsonAndALargeOneSaysToSendJson) {
   HttpServerOptions options;
   options.max_request_bytes = 1 << 20;
-  Start(ScriptedBackend::ByteTokens("ok"), options);
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_), options);
   const std::string form = "application/x-www-form-urlencoded";
   Result<HttpResponse> small = client_->Post("/v1/chat/completions", kChatBody, {}, form);
   ASSERT_TRUE(small.ok());
@@ -691,7 +696,7 @@ TEST_F(ServerTest, FormEncodedBodiesAreJsonAndALargeOneSaysToSendJson) {
 TEST_F(ServerTest, ApiKeyGuardsEveryEndpointButHealth) {
   HttpServerOptions options;
   options.api_key = "sekret";
-  Start(ScriptedBackend::ByteTokens("ok"), options);
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_), options);
   EXPECT_EQ(Get("/health").status, 200);
   const HttpResponse none = Post("/v1/chat/completions", kChatBody);
   EXPECT_EQ(none.status, 401);
@@ -713,7 +718,7 @@ TEST_F(ServerTest, ApiKeyGuardsEveryEndpointButHealth) {
 }
 
 TEST_F(ServerTest, FullQueueAnswers429And529AtOnce) {
-  Start(ScriptedBackend::ByteTokens("ok"), {}, /*max_live=*/2);
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_), {}, /*max_live=*/2);
   backend_->set_hold(true);
   // Two streams fill the server; each stays open (held) until the hold is released.
   std::vector<std::thread> holders;
@@ -744,7 +749,7 @@ TEST_F(ServerTest, FullQueueAnswers429And529AtOnce) {
 }
 
 TEST_F(ServerTest, ClientThatGoesAwayMidStreamAbortsItsRequest) {
-  Start(ScriptedBackend::ByteTokens(Repeat("long answer ", 500)));
+  Start(ScriptedBackend::ByteSteps(Repeat("long answer ", 500), *tokenizer_));
   backend_->set_step_delay(std::chrono::milliseconds(1));  // 6000 steps: seconds, not done soon
   SseReader reader;
   int pieces = 0;
@@ -766,7 +771,7 @@ TEST_F(ServerTest, ClientThatGoesAwayMidStreamAbortsItsRequest) {
 }
 
 TEST_F(ServerTest, HeldStreamGetsHeartbeatsAndAbortsWhenTheClientLeaves) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   backend_->set_hold(true);  // no output at all: only heartbeats reach the client
   std::string received;
   Result<HttpResponse> r =
@@ -782,7 +787,7 @@ TEST_F(ServerTest, HeldStreamGetsHeartbeatsAndAbortsWhenTheClientLeaves) {
 }
 
 TEST_F(ServerTest, ShutdownAbortsStreamsInFlightAndRefusesNewRequests) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   backend_->set_hold(true);
   std::thread holder([&] {
     const ChatStream s =
@@ -800,7 +805,7 @@ TEST_F(ServerTest, ShutdownAbortsStreamsInFlightAndRefusesNewRequests) {
 }
 
 TEST_F(ServerTest, AFailedEngineStepFailsItsRequestsWith500AndTheServerGoesOn) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   backend_->FailNextStep();
   const HttpResponse failed = Post("/v1/chat/completions", kChatBody);
   EXPECT_EQ(failed.status, 500);
@@ -818,7 +823,7 @@ TEST_F(ServerTest, AFailedEngineStepFailsItsRequestsWith500AndTheServerGoesOn) {
 }
 
 TEST_F(ServerTest, HealthShowsLoadProgressUntilReady) {
-  Start(ScriptedBackend::ByteTokens("ok"), {}, 8, /*ready=*/false);
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_), {}, 8, /*ready=*/false);
   server_->SetLoadProgress(
       Progress{.stage = "mapping shards", .done = 3, .total = 7, .unit = "shards"});
   const HttpResponse loading = Get("/health");
@@ -835,7 +840,7 @@ TEST_F(ServerTest, HealthShowsLoadProgressUntilReady) {
 }
 
 TEST_F(ServerTest, ModelsTokenizeAndDetokenize) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   const JsonValue models = Parse(Get("/v1/models").body);
   EXPECT_EQ(JsonText(models, "object"), "list");
   EXPECT_EQ(JsonText(models, "data.0.id"), "tiny");
@@ -868,7 +873,7 @@ TEST_F(ServerTest, ModelsTokenizeAndDetokenize) {
 }
 
 TEST_F(ServerTest, MetricsCountRequestsTokensAndLatencies) {
-  Start(ScriptedBackend::ByteTokens("abc"));
+  Start(ScriptedBackend::ByteSteps("abc", *tokenizer_));
   ASSERT_EQ(Post("/v1/chat/completions", kChatBody).status, 200);
   ASSERT_EQ(Post("/v1/chat/completions", R"({"messages": "bad"})").status, 400);
   const HttpResponse m = Get("/metrics");
@@ -951,7 +956,7 @@ std::string LastPromptText(const ScriptedBackend& backend, const Tokenizer& toke
 }
 
 TEST_F(ServerTest, SystemMessagesMidConversationRenderWhereTheyStand) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   // tokenizer-and-chat.md §6.8 example: a system message between turns renders <｜System｜> and
   // its text at that point; it counts as a user turn.
   const HttpResponse r = Post("/v1/messages", R"({"max_tokens": 5, "system": "S",
@@ -965,7 +970,7 @@ TEST_F(ServerTest, SystemMessagesMidConversationRenderWhereTheyStand) {
 }
 
 TEST_F(ServerTest, ThinkingTypesAndOutputConfigEffortSetTheMode) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   const std::string user = R"("messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5)";
   auto prompt_of = [&](const std::string& members) {
     const HttpResponse r = Post("/v1/messages", "{" + members + ", " + user + "}");
@@ -985,7 +990,7 @@ TEST_F(ServerTest, ThinkingTypesAndOutputConfigEffortSetTheMode) {
 }
 
 TEST_F(ServerTest, FieldsClaudeCodeSendsThatDoNotChangeThePromptAreIgnored) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   const std::string plain = R"({"model": "tiny", "max_tokens": 5, "system": [{"type": "text",
       "text": "S"}], "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]})";
   ASSERT_EQ(Post("/v1/messages", plain).status, 200);
@@ -1004,7 +1009,7 @@ TEST_F(ServerTest, FieldsClaudeCodeSendsThatDoNotChangeThePromptAreIgnored) {
 }
 
 TEST_F(ServerTest, CountTokensGivesThePromptLengthTheEngineGets) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   const HttpResponse counted = Post("/v1/messages/count_tokens?beta=true", kMessagesBody);
   ASSERT_EQ(counted.status, 200) << counted.body;
   ASSERT_EQ(Post("/v1/messages", kMessagesBody).status, 200);
@@ -1038,7 +1043,7 @@ std::string RawStatusLine(int port, const std::string& request) {
 }
 
 TEST_F(ServerTest, BaseUrlAnswersGetAndHead) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   EXPECT_EQ(Get("/").status, 200);
   EXPECT_EQ(
       RawStatusLine(server_->port(), "HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
@@ -1048,7 +1053,7 @@ TEST_F(ServerTest, BaseUrlAnswersGetAndHead) {
 
 TEST_F(ServerTest, StreamsSendTheirFirstEventBeforeAnyOutput) {
   HttpServerOptions options;
-  Start(ScriptedBackend::ByteTokens("ok"), options);
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_), options);
   backend_->set_hold(true);  // a prefill that does not end: no output at all
   // The fixture's heartbeat is 50 ms; what must arrive at once is the stream's first event.
   struct Case {
@@ -1074,7 +1079,7 @@ TEST_F(ServerTest, StreamsSendTheirFirstEventBeforeAnyOutput) {
 }
 
 TEST_F(ServerTest, ASecondServerOnAPortInUseFailsNamingIt) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   HttpServerOptions options;
   options.port = server_->port();
   ServerMetrics metrics;
@@ -1114,7 +1119,7 @@ TEST_F(ServerTest, StalledAndSilentConnectionsDoNotStarveTheRest) {
   // Long enough that no stalled connection is freed by its deadline while a fresh one is served
   // (a slow sanitizer build included).
   options.read_timeout_seconds = 6;
-  Start(ScriptedBackend::ByteTokens("ok"), options);
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_), options);
   std::vector<int> stalled;
   const std::string half =
       "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 400"
@@ -1213,7 +1218,7 @@ ResponsesStream CollectResponses(const std::vector<SseMessage>& events) {
 }
 
 TEST_F(ServerTest, ResponsesGivesReasoningMessageAndFunctionCallItemsStreamingOrNot) {
-  Start(ScriptedBackend::ByteTokens(kScript));
+  Start(ScriptedBackend::ByteSteps(kScript, *tokenizer_));
   const HttpResponse r = Post("/v1/responses", kResponsesBody);
   ASSERT_EQ(r.status, 200) << r.body;
   const JsonValue v = Parse(r.body);
@@ -1277,7 +1282,7 @@ TEST_F(ServerTest, ResponsesGivesReasoningMessageAndFunctionCallItemsStreamingOr
 }
 
 TEST_F(ServerTest, ResponsesInputItemsRenderAsTheSameChatConversation) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   const HttpResponse chat = Post("/v1/chat/completions", R"({"messages": [
       {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"},
       {"role": "assistant", "content": "Looking.", "reasoning_content": "think",
@@ -1316,7 +1321,7 @@ TEST_F(ServerTest, ResponsesInputItemsRenderAsTheSameChatConversation) {
 TEST_F(ServerTest, StoredResponsesAreReadDeletedAndContinuedByPreviousResponseId) {
   HttpServerOptions options;
   options.responses_store = 2;
-  Start(ScriptedBackend::ByteTokens(kScript), options);
+  Start(ScriptedBackend::ByteSteps(kScript, *tokenizer_), options);
   const JsonValue first = Parse(Post("/v1/responses", kResponsesBody).body);
   const std::string id = JsonText(first, "id");
   const HttpResponse got = Get("/v1/responses/" + id);
@@ -1364,7 +1369,7 @@ TEST_F(ServerTest, StoredResponsesAreReadDeletedAndContinuedByPreviousResponseId
 }
 
 TEST_F(ServerTest, ResponsesOfferNamespacedFunctionsAndSkipHostedTools) {
-  Start(ScriptedBackend::ByteTokens("ok"));
+  Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
   // What Codex CLI lists: functions, a namespace of functions, and the hosted web_search.
   ASSERT_EQ(Post("/v1/responses", R"({"input": "x", "tools": [{"type": "function", "name": "a"},
       {"type": "namespace", "name": "ns", "description": "d", "tools": [{"type": "function",
@@ -1382,7 +1387,7 @@ TEST_F(ServerTest, ResponsesOfferNamespacedFunctionsAndSkipHostedTools) {
 }
 
 TEST_F(ServerTest, ResponsesCutByTheBudgetAreIncomplete) {
-  Start(ScriptedBackend::ByteTokens(kScript));
+  Start(ScriptedBackend::ByteSteps(kScript, *tokenizer_));
   const std::string body = WithMembers(kResponsesBody, R"("max_output_tokens": 5)");
   const JsonValue v = Parse(Post("/v1/responses", body).body);
   EXPECT_EQ(JsonText(v, "status"), "incomplete");
