@@ -26,9 +26,9 @@ struct FieldSpec {
 
 #define DSV41_FIELD(member) [](ModelConfig& c) -> FieldRef { return &c.member; }
 
-// model.md §1.2: every field with all of its spellings. The alias table is the spec's.
-const std::vector<FieldSpec>& Fields() {
-  static const std::vector<FieldSpec> kFields = {
+// Sizes of the backbone and its attention.
+std::vector<FieldSpec> ShapeAndAttentionFields() {
+  return {
       {"vocab_size", {"vocab_size"}, DSV41_FIELD(vocab_size)},
       {"hidden_size", {"hidden_size", "dim"}, DSV41_FIELD(hidden_size)},
       {"num_hidden_layers", {"num_hidden_layers", "n_layers"}, DSV41_FIELD(num_hidden_layers)},
@@ -45,6 +45,12 @@ const std::vector<FieldSpec>& Fields() {
       {"attention_bias", {"attention_bias"}, DSV41_FIELD(attention_bias)},
       {"rms_norm_eps", {"rms_norm_eps", "norm_eps"}, DSV41_FIELD(rms_norm_eps)},
       {"sliding_window", {"sliding_window", "window_size"}, DSV41_FIELD(sliding_window)},
+  };
+}
+
+// RoPE bases and the YaRN scaling of the compressed layers (model.md §6.2).
+std::vector<FieldSpec> RopeFields() {
+  return {
       {"rope_theta", {"rope_theta", "rope_parameters.main.rope_theta"}, DSV41_FIELD(rope_theta)},
       {"compress_rope_theta",
        {"compress_rope_theta", "rope_parameters.compress.rope_theta"},
@@ -65,6 +71,12 @@ const std::vector<FieldSpec>& Fields() {
       {"max_position_embeddings",
        {"max_position_embeddings"},
        DSV41_FIELD(max_position_embeddings)},
+  };
+}
+
+// Compressor, indexer and candidate-pool sources.
+std::vector<FieldSpec> SparseAttentionFields() {
+  return {
       {"kv_source_layer_ids",
        {"kv_source_layer_ids", "kv_source_layers"},
        DSV41_FIELD(kv_source_layer_ids)},
@@ -79,6 +91,12 @@ const std::vector<FieldSpec>& Fields() {
       {"index_n_heads", {"index_n_heads"}, DSV41_FIELD(index_n_heads)},
       {"index_head_dim", {"index_head_dim"}, DSV41_FIELD(index_head_dim)},
       {"index_topk", {"index_topk"}, DSV41_FIELD(index_topk)},
+  };
+}
+
+// The routed and shared experts.
+std::vector<FieldSpec> MoeFields() {
+  return {
       {"moe_intermediate_size",
        {"moe_intermediate_size", "moe_inter_dim"},
        DSV41_FIELD(moe_intermediate_size)},
@@ -94,9 +112,21 @@ const std::vector<FieldSpec>& Fields() {
       {"gate_temp", {"gate_temp"}, DSV41_FIELD(gate_temp)},
       {"swiglu_limit", {"swiglu_limit"}, DSV41_FIELD(swiglu_limit)},
       {"hidden_act", {"hidden_act"}, DSV41_FIELD(hidden_act)},
+  };
+}
+
+// mHC (hyper-connection) residual streams.
+std::vector<FieldSpec> HyperConnectionFields() {
+  return {
       {"hc_mult", {"hc_mult"}, DSV41_FIELD(hc_mult)},
       {"hc_sinkhorn_iters", {"hc_sinkhorn_iters"}, DSV41_FIELD(hc_sinkhorn_iters)},
       {"hc_eps", {"hc_eps"}, DSV41_FIELD(hc_eps)},
+  };
+}
+
+// Engram n-gram tables.
+std::vector<FieldSpec> EngramFields() {
+  return {
       {"engram_layer_ids", {"engram_layer_ids"}, DSV41_FIELD(engram_layer_ids)},
       {"engram_num_embeddings", {"engram_num_embeddings"}, DSV41_FIELD(engram_num_embeddings)},
       {"engram_max_ngram_size", {"engram_max_ngram_size"}, DSV41_FIELD(engram_max_ngram_size)},
@@ -109,6 +139,12 @@ const std::vector<FieldSpec>& Fields() {
       {"engram_compressed_vocab_size",
        {"engram_compressed_vocab_size"},
        DSV41_FIELD(engram_compressed_vocab_size)},
+  };
+}
+
+// DSpark draft stages.
+std::vector<FieldSpec> DsparkFields() {
+  return {
       {"dspark_block_size", {"dspark_block_size"}, DSV41_FIELD(dspark_block_size)},
       {"dspark_noise_token_id", {"dspark_noise_token_id"}, DSV41_FIELD(dspark_noise_token_id)},
       {"dspark_target_layer_ids",
@@ -121,11 +157,32 @@ const std::vector<FieldSpec>& Fields() {
       {"dspark_num_experts_per_tok",
        {"dspark_num_experts_per_tok", "dspark_n_activated_experts"},
        DSV41_FIELD(dspark_num_experts_per_tok)},
+  };
+}
+
+// Special token ids; composite configs may carry them at the top level too.
+std::vector<FieldSpec> TokenIdFields() {
+  return {
       {"bos_token_id", {"bos_token_id"}, DSV41_FIELD(bos_token_id), true},
       {"eos_token_id", {"eos_token_id"}, DSV41_FIELD(eos_token_id), true},
       {"pad_token_id", {"pad_token_id"}, DSV41_FIELD(pad_token_id), true},
       {"image_token_id", {"image_token_id"}, DSV41_FIELD(image_token_id), true},
   };
+}
+
+// model.md §1.2: every field with all of its spellings; the alias table is the spec's. The groups
+// keep the table's order, in which fields are read and their errors reported.
+const std::vector<FieldSpec>& Fields() {
+  static const std::vector<FieldSpec> kFields = [] {
+    std::vector<FieldSpec> fields;
+    for (std::vector<FieldSpec> (*group)() :
+         {ShapeAndAttentionFields, RopeFields, SparseAttentionFields, MoeFields,
+          HyperConnectionFields, EngramFields, DsparkFields, TokenIdFields}) {
+      std::vector<FieldSpec> group_fields = group();
+      fields.insert(fields.end(), group_fields.begin(), group_fields.end());
+    }
+    return fields;
+  }();
   return kFields;
 }
 
