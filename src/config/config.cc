@@ -541,63 +541,87 @@ std::set<std::string_view> KnownKeys() {
   return known;
 }
 
-}  // namespace
+// HF name -> where it was read ("config.json: text_config.hidden_size"), for validation messages.
+using WhereByField = std::map<std::string, std::string, std::less<>>;
 
-Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* inference_json,
-                                     std::string_view inference_name) {
+// The JSON objects one ParseModelConfig call looks values up in.
+struct ConfigSources {
+  const Json* config_json = nullptr;     // config.json, or null
+  const Json* inference_json = nullptr;  // the reference's inference config, or null
+  std::string ref_file;                  // the inference config's name, for messages
+  const Json* text = nullptr;            // text_config, else config.json's top level; or null
+  bool composite = false;                // config.json holds a text_config
+  std::vector<Source> sources;           // text config, then inference
+  std::vector<Source> token_sources;     // text config, composite top level, then inference
+
+  // Where a missing or defaulted model field is reported.
+  const Source& primary() const { return sources.front(); }
+};
+
+// Both inputs, where given, must be JSON objects; at least one must be given.
+Status CheckTopLevelObjects(const Json* config_json, const Json* inference_json,
+                            std::string_view inference_name) {
   if (config_json == nullptr && inference_json == nullptr) {
     return InvalidArgumentError("no config.json and no %.*s",
                                 static_cast<int>(inference_name.size()), inference_name.data());
   }
-  const std::string ref_file(inference_name);
   if (config_json != nullptr && !config_json->is_object()) {
     return InvalidArgumentError("config.json: want a JSON object, got %s",
                                 Describe(*config_json).c_str());
   }
   if (inference_json != nullptr && !inference_json->is_object()) {
-    return InvalidArgumentError("%s: want a JSON object, got %s", ref_file.c_str(),
+    return InvalidArgumentError("%.*s: want a JSON object, got %s",
+                                static_cast<int>(inference_name.size()), inference_name.data(),
                                 Describe(*inference_json).c_str());
   }
+  return OkStatus();
+}
 
-  // model.md §1.1: the model fields come from text_config when present, else from the top level.
-  std::vector<Source> sources;        // text config, then inference
-  std::vector<Source> token_sources;  // text config, composite top level, then inference
-  const Json* text = nullptr;
-  bool composite = false;
+// model.md §1.1: the model fields come from text_config when present, else from the top level.
+Result<ConfigSources> CollectSources(const Json* config_json, const Json* inference_json,
+                                     std::string ref_file) {
+  ConfigSources all;
+  all.config_json = config_json;
+  all.inference_json = inference_json;
+  all.ref_file = std::move(ref_file);
   if (config_json != nullptr) {
     const auto it = config_json->find("text_config");
-    composite = it != config_json->end() && !it->is_null();
-    if (composite && !it->is_object()) {
+    all.composite = it != config_json->end() && !it->is_null();
+    if (all.composite && !it->is_object()) {
       return InvalidArgumentError("config.json: text_config: want an object, got %s",
                                   Describe(*it).c_str());
     }
-    text = composite ? &*it : config_json;
-    sources.push_back({text, "config.json", composite ? "text_config." : ""});
-    token_sources.push_back(sources.back());
-    if (composite) token_sources.push_back({config_json, "config.json", ""});
+    all.text = all.composite ? &*it : config_json;
+    all.sources.push_back({all.text, "config.json", all.composite ? "text_config." : ""});
+    all.token_sources.push_back(all.sources.back());
+    if (all.composite) all.token_sources.push_back({config_json, "config.json", ""});
   }
   if (inference_json != nullptr) {
-    sources.push_back({inference_json, ref_file, ""});
-    token_sources.push_back(sources.back());
+    all.sources.push_back({inference_json, all.ref_file, ""});
+    all.token_sources.push_back(all.sources.back());
   }
-  const Source& primary = sources.front();
+  return all;
+}
 
+void LogUnknownKeysOfSources(const ConfigSources& all) {
   const std::set<std::string_view> known = KnownKeys();
-  if (text != nullptr) LogUnknownKeys(*text, "config.json", known);
-  if (composite) LogUnknownKeys(*config_json, "config.json (top level)", known);
-  if (inference_json != nullptr) LogUnknownKeys(*inference_json, ref_file, known);
+  if (all.text != nullptr) LogUnknownKeys(*all.text, "config.json", known);
+  if (all.composite) LogUnknownKeys(*all.config_json, "config.json (top level)", known);
+  if (all.inference_json != nullptr) LogUnknownKeys(*all.inference_json, all.ref_file, known);
+}
 
-  ModelConfig config;
-  // HF name -> where it was read, for validation messages.
-  std::map<std::string, std::string, std::less<>> where_by_field;
+// Reads every field of the table that some source holds, then requires those without a default.
+Status ReadTableFields(const ConfigSources& all, ModelConfig& config,
+                       WhereByField& where_by_field) {
   for (const FieldSpec& field : Fields()) {
     const std::vector<Found> found =
-        FindAll(field.top_level_too ? token_sources : sources, field.spellings);
+        FindAll(field.top_level_too ? all.token_sources : all.sources, field.spellings);
     DSV41_ASSIGN_OR_RETURN(
         std::string where,
         std::visit([&](auto* target) { return ReadAgreeing(found, target); }, field.ref(config)));
     if (!where.empty()) where_by_field.emplace(std::string(field.name), where);
   }
+  const Source& primary = all.primary();
   for (const std::string_view name : kRequiredFields) {
     if (where_by_field.count(name) == 0) {
       return InvalidArgumentError("%s: %s%.*s: missing (the field has no default)",
@@ -605,8 +629,11 @@ Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* infere
                                   static_cast<int>(name.size()), name.data());
     }
   }
+  return OkStatus();
+}
 
-  // rope_scaling.rope_type: only YaRN is defined for this model (model.md §6.2).
+// rope_scaling.rope_type: only YaRN is defined for this model (model.md §6.2).
+Status CheckRopeType(const std::vector<Source>& sources) {
   for (const Found& found : FindAll(sources, {"rope_scaling.rope_type", "rope_scaling.type",
                                               "rope_parameters.compress.rope_type"})) {
     std::string type;
@@ -616,18 +643,23 @@ Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* infere
                                   found.where.c_str(), type.c_str());
     }
   }
+  return OkStatus();
+}
 
-  {
-    std::string name;
-    const std::vector<Found> found = FindAll(sources, {"scoring_func", "score_func"});
-    DSV41_ASSIGN_OR_RETURN(std::string where, ReadAgreeing(found, &name));
-    if (!where.empty()) {
-      DSV41_ASSIGN_OR_RETURN(config.scoring_func, ScoringFuncFromName(name, where));
-      where_by_field.emplace("scoring_func", where);
-    }
+Status ReadScoringFunc(const std::vector<Source>& sources, ModelConfig& config,
+                       WhereByField& where_by_field) {
+  std::string name;
+  const std::vector<Found> found = FindAll(sources, {"scoring_func", "score_func"});
+  DSV41_ASSIGN_OR_RETURN(std::string where, ReadAgreeing(found, &name));
+  if (!where.empty()) {
+    DSV41_ASSIGN_OR_RETURN(config.scoring_func, ScoringFuncFromName(name, where));
+    where_by_field.emplace("scoring_func", where);
   }
+  return OkStatus();
+}
 
-  // The per-layer lists below are sized from these counts: bound them before building any.
+// The per-layer lists are sized from these counts: bound them before building any.
+Status CheckLayerCounts(const ModelConfig& config, WhereByField& where_by_field) {
   if (config.num_hidden_layers < 1 || config.num_hidden_layers > kMaxLayers) {
     return InvalidArgumentError("%s: %d; want 1..%d", where_by_field["num_hidden_layers"].c_str(),
                                 config.num_hidden_layers, kMaxLayers);
@@ -637,65 +669,79 @@ Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* infere
                                 where_by_field["num_nextn_predict_layers"].c_str(),
                                 config.num_nextn_predict_layers, kMaxLayers);
   }
-  {
-    const std::vector<Found> found = FindAll(sources, {"compress_ratios"});
-    for (size_t i = 0; i < found.size(); ++i) {
-      DSV41_ASSIGN_OR_RETURN(
-          std::vector<int32_t> ratios,
-          ReadCompressRatios(found[i], config.num_hidden_layers, config.num_nextn_predict_layers));
-      if (i == 0) {
-        config.compress_ratios = std::move(ratios);
-        where_by_field.emplace("compress_ratios", found[0].where);
-      } else if (ratios != config.compress_ratios) {
-        return InvalidArgumentError("%s = %s disagrees with %s = %s", found[0].where.c_str(),
-                                    Dump(*found[0].value).c_str(), found[i].where.c_str(),
-                                    Dump(*found[i].value).c_str());
-      }
-    }
-    if (found.empty()) config.compress_ratios = DefaultCompressRatios(config.num_hidden_layers);
-  }
+  return OkStatus();
+}
 
-  // model.md §1.3: top-level quantization_config first, then text_config's; then the reference's
-  // flat dtype, which must agree when config.json exists.
-  {
-    std::optional<QuantizationConfig> hf;
-    std::string hf_where;
-    if (config_json != nullptr) {
-      std::vector<Source> quant_sources;
-      if (composite) quant_sources.push_back({config_json, "config.json", ""});
-      quant_sources.push_back(sources.front());
-      const std::vector<Found> found = FindAll(quant_sources, {"quantization_config"});
-      if (!found.empty()) {
-        hf.emplace();
-        hf_where = found[0].where;
-        DSV41_RETURN_IF_ERROR(ReadQuantizationObject(*found[0].value, hf_where, &*hf));
-      } else {
-        hf.emplace();  // absent: unquantised
-        hf_where = "config.json: (no quantization_config)";
-      }
-    }
-    std::optional<QuantizationConfig> ref;
-    if (inference_json != nullptr) {
-      DSV41_ASSIGN_OR_RETURN(ref, ReadReferenceQuantization(*inference_json, ref_file));
-    }
-    if (hf.has_value() && ref.has_value() &&
-        (hf->quantized != ref->quantized || hf->expert_dtype != ref->expert_dtype)) {
-      return InvalidArgumentError(
-          "%s (quantized %s, expert_dtype \"%s\") disagrees with %s: dtype/expert_dtype "
-          "(quantized %s, expert_dtype \"%s\")",
-          hf_where.c_str(), hf->quantized ? "yes" : "no", hf->expert_dtype.c_str(),
-          ref_file.c_str(), ref->quantized ? "yes" : "no", ref->expert_dtype.c_str());
-    }
-    if (hf.has_value()) {
-      config.quantization = *hf;
-      where_by_field.emplace("quantization_config", hf_where);
-    } else if (ref.has_value()) {
-      config.quantization = *ref;
-      where_by_field.emplace("quantization_config", ref_file + ": dtype");
+// compress_ratios from every source, which must agree; model.md §1.6's default when absent.
+Status ReadCompressRatiosField(const std::vector<Source>& sources, ModelConfig& config,
+                               WhereByField& where_by_field) {
+  const std::vector<Found> found = FindAll(sources, {"compress_ratios"});
+  for (size_t i = 0; i < found.size(); ++i) {
+    DSV41_ASSIGN_OR_RETURN(
+        std::vector<int32_t> ratios,
+        ReadCompressRatios(found[i], config.num_hidden_layers, config.num_nextn_predict_layers));
+    if (i == 0) {
+      config.compress_ratios = std::move(ratios);
+      where_by_field.emplace("compress_ratios", found[0].where);
+    } else if (ratios != config.compress_ratios) {
+      return InvalidArgumentError("%s = %s disagrees with %s = %s", found[0].where.c_str(),
+                                  Dump(*found[0].value).c_str(), found[i].where.c_str(),
+                                  Dump(*found[i].value).c_str());
     }
   }
+  if (found.empty()) config.compress_ratios = DefaultCompressRatios(config.num_hidden_layers);
+  return OkStatus();
+}
 
-  // model.md §1.6 defaults.
+// config.json's quantisation: the top-level quantization_config first, then text_config's;
+// unquantised when neither is there. *hf stays empty without a config.json.
+Status ReadHfQuantization(const ConfigSources& all, std::optional<QuantizationConfig>* hf,
+                          std::string* hf_where) {
+  if (all.config_json == nullptr) return OkStatus();
+  std::vector<Source> quant_sources;
+  if (all.composite) quant_sources.push_back({all.config_json, "config.json", ""});
+  quant_sources.push_back(all.sources.front());
+  const std::vector<Found> found = FindAll(quant_sources, {"quantization_config"});
+  hf->emplace();
+  if (found.empty()) {
+    *hf_where = "config.json: (no quantization_config)";
+    return OkStatus();
+  }
+  *hf_where = found[0].where;
+  return ReadQuantizationObject(*found[0].value, *hf_where, &**hf);
+}
+
+// model.md §1.3: config.json's quantisation, then the reference's flat dtype, which must agree
+// when config.json exists.
+Status ReadQuantization(const ConfigSources& all, ModelConfig& config,
+                        WhereByField& where_by_field) {
+  std::optional<QuantizationConfig> hf;
+  std::string hf_where;
+  DSV41_RETURN_IF_ERROR(ReadHfQuantization(all, &hf, &hf_where));
+  std::optional<QuantizationConfig> ref;
+  if (all.inference_json != nullptr) {
+    DSV41_ASSIGN_OR_RETURN(ref, ReadReferenceQuantization(*all.inference_json, all.ref_file));
+  }
+  if (hf.has_value() && ref.has_value() &&
+      (hf->quantized != ref->quantized || hf->expert_dtype != ref->expert_dtype)) {
+    return InvalidArgumentError(
+        "%s (quantized %s, expert_dtype \"%s\") disagrees with %s: dtype/expert_dtype "
+        "(quantized %s, expert_dtype \"%s\")",
+        hf_where.c_str(), hf->quantized ? "yes" : "no", hf->expert_dtype.c_str(),
+        all.ref_file.c_str(), ref->quantized ? "yes" : "no", ref->expert_dtype.c_str());
+  }
+  if (hf.has_value()) {
+    config.quantization = *hf;
+    where_by_field.emplace("quantization_config", hf_where);
+  } else if (ref.has_value()) {
+    config.quantization = *ref;
+    where_by_field.emplace("quantization_config", all.ref_file + ": dtype");
+  }
+  return OkStatus();
+}
+
+// model.md §1.6 defaults of the fields no source gave, derived from those read.
+void ApplyDerivedDefaults(ModelConfig& config, const WhereByField& where_by_field) {
   if (where_by_field.count("kv_source_layer_ids") == 0) {
     config.kv_source_layer_ids = DefaultKvSources(config.compress_ratios);
   }
@@ -720,7 +766,11 @@ Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* infere
   if (config.dspark_num_experts_per_tok <= 0) {
     config.dspark_num_experts_per_tok = config.num_experts_per_tok;
   }
+}
 
+// The rules of config_rules.h; a failure names where its field was read, or its default.
+Status CheckConfigRules(const ModelConfig& config, const WhereByField& where_by_field,
+                        const Source& primary) {
   if (const std::optional<ConfigIssue> issue = FindConfigIssue(config)) {
     const auto it = where_by_field.find(issue->field);
     const std::string where = it != where_by_field.end() ? it->second
@@ -728,6 +778,28 @@ Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* infere
                                                                issue->field + " (default)";
     return InvalidArgumentError("%s: %s", where.c_str(), issue->why.c_str());
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* inference_json,
+                                     std::string_view inference_name) {
+  DSV41_RETURN_IF_ERROR(CheckTopLevelObjects(config_json, inference_json, inference_name));
+  DSV41_ASSIGN_OR_RETURN(const ConfigSources all,
+                         CollectSources(config_json, inference_json, std::string(inference_name)));
+  LogUnknownKeysOfSources(all);
+
+  ModelConfig config;
+  WhereByField where_by_field;
+  DSV41_RETURN_IF_ERROR(ReadTableFields(all, config, where_by_field));
+  DSV41_RETURN_IF_ERROR(CheckRopeType(all.sources));
+  DSV41_RETURN_IF_ERROR(ReadScoringFunc(all.sources, config, where_by_field));
+  DSV41_RETURN_IF_ERROR(CheckLayerCounts(config, where_by_field));
+  DSV41_RETURN_IF_ERROR(ReadCompressRatiosField(all.sources, config, where_by_field));
+  DSV41_RETURN_IF_ERROR(ReadQuantization(all, config, where_by_field));
+  ApplyDerivedDefaults(config, where_by_field);
+  DSV41_RETURN_IF_ERROR(CheckConfigRules(config, where_by_field, all.primary()));
   WarnAboutConfig(config);
   return config;
 }
