@@ -58,69 +58,58 @@ void ApplyPenalties(const SamplingParams& params, std::span<const int32_t> promp
   }
 }
 
-}  // namespace
+// The log-softmax of the penalised logits, in double.
+struct LogSoftmax {
+  int32_t argmax = 0;  // the highest logit, lowest id on ties
+  double log_sum_exp = 0.0;
 
-double SamplerUniform(uint64_t seed, int64_t position) {
-  // Two rounds so that nearby (seed, position) pairs share no structure: the seed is mixed alone
-  // first, then offset by the position times an odd constant (Weyl step) and mixed again.
-  const uint64_t key = Mix64(seed + 0x9E3779B97F4A7C15ull);
-  const uint64_t bits = Mix64(
-      key ^ (static_cast<uint64_t>(position) * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
-
-SampledToken SampleToken(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
-                         int64_t position, std::span<const int32_t> prompt_ids,
-                         std::span<const int32_t> output_ids, SamplerScratch& scratch) {
-  const int32_t vocab = static_cast<int32_t>(logits.size());
-  DSV41_CHECK(vocab > 0, "empty logits");
-  scratch.logits.assign(logits.begin(), logits.end());
-  ApplyPenalties(params, prompt_ids, output_ids, scratch);
-  const float* penalised = scratch.logits.data();
-
-  // Log-softmax of the penalised logits in double; argmax (lowest id on ties) on the way.
-  int32_t argmax = 0;
-  for (int32_t id = 1; id < vocab; ++id) {
-    if (penalised[id] > penalised[argmax]) argmax = id;
+  float LogprobOf(const float* penalised, int32_t id) const {
+    return static_cast<float>(static_cast<double>(penalised[id]) - log_sum_exp);
   }
-  const double max_logit = penalised[argmax];
+};
+
+LogSoftmax ComputeLogSoftmax(const float* penalised, int32_t vocab) {
+  LogSoftmax result;
+  for (int32_t id = 1; id < vocab; ++id) {
+    if (penalised[id] > penalised[result.argmax]) result.argmax = id;
+  }
+  const double max_logit = penalised[result.argmax];
   DSV41_CHECK(std::isfinite(max_logit), "max logit %g is not finite", max_logit);
   double sum = 0.0;
   for (int32_t id = 0; id < vocab; ++id)
     sum += std::exp(static_cast<double>(penalised[id]) - max_logit);
-  const double log_sum_exp = max_logit + std::log(sum);
-  auto logprob_of = [&](int32_t id) {
-    return static_cast<float>(static_cast<double>(penalised[id]) - log_sum_exp);
-  };
+  result.log_sum_exp = max_logit + std::log(sum);
+  return result;
+}
 
-  SampledToken result;
-  const int32_t num_top = std::min(params.logprobs, vocab);
-  if (num_top > 0) {
-    scratch.ids.resize(vocab);
-    std::iota(scratch.ids.begin(), scratch.ids.end(), 0);
-    std::partial_sort(scratch.ids.begin(), scratch.ids.begin() + num_top, scratch.ids.end(),
-                      HigherFirst{penalised});
-    result.top_logprobs.reserve(num_top);
-    for (int32_t i = 0; i < num_top; ++i) {
-      result.top_logprobs.push_back({scratch.ids[i], logprob_of(scratch.ids[i])});
-    }
+// The `num_top` highest penalised logits' log-probabilities, highest first, ties to the lower id.
+void FillTopLogprobs(const float* penalised, int32_t vocab, const LogSoftmax& log_softmax,
+                     int32_t num_top, SamplerScratch& scratch, SampledToken& result) {
+  scratch.ids.resize(vocab);
+  std::iota(scratch.ids.begin(), scratch.ids.end(), 0);
+  std::partial_sort(scratch.ids.begin(), scratch.ids.begin() + num_top, scratch.ids.end(),
+                    HigherFirst{penalised});
+  result.top_logprobs.reserve(num_top);
+  for (int32_t i = 0; i < num_top; ++i) {
+    result.top_logprobs.push_back(
+        {scratch.ids[i], log_softmax.LogprobOf(penalised, scratch.ids[i])});
   }
+}
 
-  if (params.temperature <= kGreedyTemperature) {
-    result.token_id = argmax;
-    result.logprob = logprob_of(argmax);
-    return result;
-  }
-
-  // Temperature, then the candidate set: all ids, ascending. Dividing by a positive temperature
-  // keeps the order, so the argmax stays the highest scaled logit.
-  scratch.scaled.resize(vocab);
-  float* scaled = scratch.scaled.data();
-  for (int32_t id = 0; id < vocab; ++id) scaled[id] = penalised[id] / params.temperature;
-  const double max_scaled = scaled[argmax];
-  auto weight_of = [&](int32_t id) {
+// A token's unnormalised probability after temperature, relative to the highest one.
+struct ScaledWeight {
+  const float* scaled;
+  double max_scaled;
+  double operator()(int32_t id) const {
     return std::exp(static_cast<double>(scaled[id]) - max_scaled);
-  };
+  }
+};
+
+// Leaves in scratch.ids the candidates top_k, top_p and min_p keep, from all ids ascending (the
+// order they are left in is not defined).
+void FilterCandidates(const SamplingParams& params, int32_t vocab, const ScaledWeight& weight_of,
+                      SamplerScratch& scratch) {
+  const float* scaled = weight_of.scaled;
   scratch.ids.resize(vocab);
   std::iota(scratch.ids.begin(), scratch.ids.end(), 0);
   size_t num_kept = static_cast<size_t>(vocab);
@@ -160,24 +149,68 @@ SampledToken SampleToken(std::span<const float> logits, const SamplingParams& pa
     std::erase_if(scratch.ids, [&](int32_t id) { return weight_of(id) < min_p; });
   }
   DSV41_CHECK(!scratch.ids.empty(), "no token survived the filters");
+}
 
-  // Inverse CDF over the kept tokens in ascending id order: the first whose cumulative weight
-  // exceeds u times the total (the renormalisation, without dividing every weight).
-  std::sort(scratch.ids.begin(), scratch.ids.end());
+// Inverse CDF over the kept tokens in ascending id order: the first whose cumulative weight
+// exceeds u times the total (the renormalisation, without dividing every weight). Sorts `ids`.
+int32_t DrawByInverseCdf(std::vector<int32_t>& ids, const ScaledWeight& weight_of, double u) {
+  std::sort(ids.begin(), ids.end());
   double total = 0.0;
-  for (const int32_t id : scratch.ids) total += weight_of(id);
-  const double target = SamplerUniform(seed, position) * total;
-  int32_t chosen = scratch.ids.back();  // when rounding leaves the running sum short of target
+  for (const int32_t id : ids) total += weight_of(id);
+  const double target = u * total;
+  int32_t chosen = ids.back();  // when rounding leaves the running sum short of target
   double cumulative = 0.0;
-  for (const int32_t id : scratch.ids) {
+  for (const int32_t id : ids) {
     cumulative += weight_of(id);
     if (target < cumulative) {
       chosen = id;
       break;
     }
   }
+  return chosen;
+}
+
+}  // namespace
+
+double SamplerUniform(uint64_t seed, int64_t position) {
+  // Two rounds so that nearby (seed, position) pairs share no structure: the seed is mixed alone
+  // first, then offset by the position times an odd constant (Weyl step) and mixed again.
+  const uint64_t key = Mix64(seed + 0x9E3779B97F4A7C15ull);
+  const uint64_t bits = Mix64(
+      key ^ (static_cast<uint64_t>(position) * 0xD1B54A32D192ED03ull + 0x632BE59BD9B4E019ull));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+SampledToken SampleToken(std::span<const float> logits, const SamplingParams& params, uint64_t seed,
+                         int64_t position, std::span<const int32_t> prompt_ids,
+                         std::span<const int32_t> output_ids, SamplerScratch& scratch) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  DSV41_CHECK(vocab > 0, "empty logits");
+  scratch.logits.assign(logits.begin(), logits.end());
+  ApplyPenalties(params, prompt_ids, output_ids, scratch);
+  const float* penalised = scratch.logits.data();
+  const LogSoftmax log_softmax = ComputeLogSoftmax(penalised, vocab);
+
+  SampledToken result;
+  const int32_t num_top = std::min(params.logprobs, vocab);
+  if (num_top > 0) FillTopLogprobs(penalised, vocab, log_softmax, num_top, scratch, result);
+
+  if (params.temperature <= kGreedyTemperature) {
+    result.token_id = log_softmax.argmax;
+    result.logprob = log_softmax.LogprobOf(penalised, log_softmax.argmax);
+    return result;
+  }
+
+  // Temperature. Dividing by a positive temperature keeps the order, so the argmax stays the
+  // highest scaled logit.
+  scratch.scaled.resize(vocab);
+  float* scaled = scratch.scaled.data();
+  for (int32_t id = 0; id < vocab; ++id) scaled[id] = penalised[id] / params.temperature;
+  const ScaledWeight weight_of{scaled, scaled[log_softmax.argmax]};
+  FilterCandidates(params, vocab, weight_of, scratch);
+  const int32_t chosen = DrawByInverseCdf(scratch.ids, weight_of, SamplerUniform(seed, position));
   result.token_id = chosen;
-  result.logprob = logprob_of(chosen);
+  result.logprob = log_softmax.LogprobOf(penalised, chosen);
   return result;
 }
 
