@@ -186,6 +186,114 @@ std::string JoinInts(const std::vector<int32_t>& values) {
   return out;
 }
 
+// serving.md §3.2: one slot per kv source (slot s ↔ kv_source_layer_ids[s]); one without any.
+// Returns whether the config has kv sources.
+bool AddSlots(const LayerPlan& layer_plan, int32_t block_tokens, CachePlan& plan) {
+  for (const LayerRole& role : layer_plan.layers) {
+    if (!role.is_kv_source) continue;
+    CacheSlot slot;
+    slot.slot_idx = static_cast<int32_t>(plan.slots.size());
+    slot.source_layer = role.layer;
+    slot.ratio = role.ratio;
+    slot.kv_rows_per_page = block_tokens / role.ratio;
+    plan.slots.push_back(std::move(slot));
+  }
+  const bool has_kv_sources = !plan.slots.empty();
+  if (!has_kv_sources) plan.slots.push_back(CacheSlot{});
+  return has_kv_sources;
+}
+
+// serving.md §3.6: rejected draft positions (≤ spec) must not overwrite the pending rows of the
+// last accepted position. The spec states ring_rows ≥ spec + 2 for ratio 2 (one pending row plus
+// one spare); for a ratio-r source we keep the same form, spec + r.
+Status SizeCompressorRing(const CachePlanOptions& options, int32_t max_ring_ratio,
+                          CacheRowFormats& rows) {
+  const int64_t min_ring_rows =
+      static_cast<int64_t>(options.num_speculative_tokens) + max_ring_ratio;
+  rows.ring_rows =
+      options.profile == KvProfile::kPacked
+          ? static_cast<int32_t>(std::max<int64_t>(kMinPackedRingRows, NextPow2(min_ring_rows)))
+          : kSeedRingRows;
+  if (rows.ring_rows < min_ring_rows) {
+    return InvalidArgumentError(
+        "num_speculative_tokens %d needs a compressor ring of at least %lld rows (spec + %d), "
+        "the '%s' cache profile has %d",
+        options.num_speculative_tokens, static_cast<long long>(min_ring_rows), max_ring_ratio,
+        std::string(KvProfileName(options.profile)).c_str(), rows.ring_rows);
+  }
+  return OkStatus();
+}
+
+// Groups, in the order G_KV, G_RING, G_SWA_0.., G_DRAFT_0.. (serving.md §3.3).
+void AddGroups(bool has_kv_sources, bool has_ring, CachePlan& plan) {
+  const int32_t num_slots = plan.num_slots();
+  if (has_kv_sources) {
+    plan.kv_group_idx = static_cast<int32_t>(plan.groups.size());
+    plan.groups.push_back(MakeGroup(CacheGroupKind::kKv, "kv"));
+  }
+  if (has_ring) {
+    plan.ring_group_idx = static_cast<int32_t>(plan.groups.size());
+    plan.groups.push_back(MakeGroup(CacheGroupKind::kRing, "ring"));
+  }
+  const int32_t num_swa_groups = (plan.num_layers + num_slots - 1) / num_slots;
+  for (int32_t k = 0; k < num_swa_groups; ++k) {
+    plan.swa_group_idx.push_back(static_cast<int32_t>(plan.groups.size()));
+    plan.groups.push_back(MakeGroup(CacheGroupKind::kSwa, "swa_" + std::to_string(k), k));
+  }
+  const int32_t num_draft_groups = (plan.num_draft_stages + num_slots - 1) / num_slots;
+  for (int32_t m = 0; m < num_draft_groups; ++m) {
+    plan.draft_group_idx.push_back(static_cast<int32_t>(plan.groups.size()));
+    plan.groups.push_back(MakeGroup(CacheGroupKind::kDraft, "draft_" + std::to_string(m), m));
+  }
+}
+
+// Members (serving.md §3.2, §3.5). G_KV regions sit at disjoint offsets: compressed KV at 0,
+// index rows after n_s KV rows, the seed's 2-byte regions after n_s index main regions. Members
+// of the other groups alias at offset 0.
+void AddMembers(int32_t block_tokens, CachePlan& plan) {
+  const CacheRowFormats& rows = plan.rows;
+  for (CacheSlot& slot : plan.slots) {
+    if (slot.source_layer < 0) continue;
+    const int32_t n = slot.kv_rows_per_page;
+    const size_t index_offset = n * rows.kv_row_bytes;
+    AddMember(plan, slot.slot_idx, SlotMemberKind::kCompressedKv, plan.kv_group_idx,
+              slot.source_layer, n, rows.kv_row_bytes, 0);
+    AddMember(plan, slot.slot_idx, SlotMemberKind::kIndexK, plan.kv_group_idx, slot.source_layer, n,
+              rows.index_main_bytes, index_offset);
+    if (rows.index_tail_bytes > 0) {
+      AddMember(plan, slot.slot_idx, SlotMemberKind::kIndexTail, plan.kv_group_idx,
+                slot.source_layer, n, rows.index_tail_bytes,
+                index_offset + n * rows.index_main_bytes);
+    }
+    slot.kv_index_bytes = n * (rows.kv_row_bytes + rows.index_row_bytes);
+  }
+  for (CacheSlot& slot : plan.slots) {
+    if (slot.ratio > 1) {
+      AddMember(plan, slot.slot_idx, SlotMemberKind::kRing, plan.ring_group_idx, slot.source_layer,
+                rows.ring_rows, rows.ring_row_bytes, 0);
+    }
+  }
+  for (int32_t l = 0; l < plan.num_layers; ++l) {
+    AddMember(plan, plan.SwaSlotOfLayer(l), SlotMemberKind::kSwa,
+              plan.swa_group_idx[plan.SwaGroupOfLayer(l)], l, block_tokens, rows.swa_row_bytes, 0);
+  }
+  for (int32_t j = 0; j < plan.num_draft_stages; ++j) {
+    AddMember(plan, plan.DraftSlotOfStage(j), SlotMemberKind::kDraft,
+              plan.draft_group_idx[plan.DraftGroupOfStage(j)], j, block_tokens, rows.swa_row_bytes,
+              0);
+  }
+}
+
+// serving.md §3.2: page capacity = max member; bytes per block id = Σ_s page_s.
+void SizePages(CachePlan& plan) {
+  for (CacheSlot& slot : plan.slots) {
+    for (const SlotMember& member : slot.members) {
+      slot.page_bytes = std::max(slot.page_bytes, member.end_bytes());
+    }
+    plan.bytes_per_block_id += slot.page_bytes;
+  }
+}
+
 }  // namespace
 
 int32_t SmallestBlockTokens(const ModelConfig& config) {
@@ -261,112 +369,21 @@ double CachePlan::PayloadBytesPerToken() const {
 Result<CachePlan> PlanCache(const ModelConfig& config, const LayerPlan& layer_plan,
                             const CachePlanOptions& options) {
   DSV41_RETURN_IF_ERROR(CheckInputs(config, layer_plan, options));
-  const int32_t num_layers = config.num_hidden_layers;
-  const int32_t block_tokens = options.block_tokens;
-
   CachePlan plan;
   plan.options = options;
-  plan.num_layers = num_layers;
+  plan.num_layers = config.num_hidden_layers;
   plan.sliding_window = config.sliding_window;
   plan.num_draft_stages = options.dspark ? layer_plan.num_dspark_stages : 0;
 
-  // serving.md §3.2: one slot per kv source (slot s ↔ kv_source_layer_ids[s]); one without any.
-  for (const LayerRole& role : layer_plan.layers) {
-    if (!role.is_kv_source) continue;
-    CacheSlot slot;
-    slot.slot_idx = static_cast<int32_t>(plan.slots.size());
-    slot.source_layer = role.layer;
-    slot.ratio = role.ratio;
-    slot.kv_rows_per_page = block_tokens / role.ratio;
-    plan.slots.push_back(std::move(slot));
-  }
-  const bool has_kv_sources = !plan.slots.empty();
-  if (!has_kv_sources) plan.slots.push_back(CacheSlot{});
-  const int32_t num_slots = plan.num_slots();
-
+  const bool has_kv_sources = AddSlots(layer_plan, options.block_tokens, plan);
   DSV41_ASSIGN_OR_RETURN(plan.rows, MakeRowFormats(config, options, has_kv_sources));
-  // serving.md §3.6: rejected draft positions (≤ spec) must not overwrite the pending rows of the
-  // last accepted position. The spec states ring_rows ≥ spec + 2 for ratio 2 (one pending row plus
-  // one spare); for a ratio-r source we keep the same form, spec + r.
   const int32_t max_ring_ratio = MaxRingRatio(plan.slots);
   if (max_ring_ratio > 0) {
-    const int64_t min_ring_rows =
-        static_cast<int64_t>(options.num_speculative_tokens) + max_ring_ratio;
-    plan.rows.ring_rows =
-        options.profile == KvProfile::kPacked
-            ? static_cast<int32_t>(std::max<int64_t>(kMinPackedRingRows, NextPow2(min_ring_rows)))
-            : kSeedRingRows;
-    if (plan.rows.ring_rows < min_ring_rows) {
-      return InvalidArgumentError(
-          "num_speculative_tokens %d needs a compressor ring of at least %lld rows (spec + %d), "
-          "the '%s' cache profile has %d",
-          options.num_speculative_tokens, static_cast<long long>(min_ring_rows), max_ring_ratio,
-          std::string(KvProfileName(options.profile)).c_str(), plan.rows.ring_rows);
-    }
+    DSV41_RETURN_IF_ERROR(SizeCompressorRing(options, max_ring_ratio, plan.rows));
   }
-
-  // Groups, in the order G_KV, G_RING, G_SWA_0.., G_DRAFT_0.. (serving.md §3.3).
-  if (has_kv_sources) {
-    plan.kv_group_idx = static_cast<int32_t>(plan.groups.size());
-    plan.groups.push_back(MakeGroup(CacheGroupKind::kKv, "kv"));
-  }
-  if (max_ring_ratio > 0) {
-    plan.ring_group_idx = static_cast<int32_t>(plan.groups.size());
-    plan.groups.push_back(MakeGroup(CacheGroupKind::kRing, "ring"));
-  }
-  const int32_t num_swa_groups = (num_layers + num_slots - 1) / num_slots;
-  for (int32_t k = 0; k < num_swa_groups; ++k) {
-    plan.swa_group_idx.push_back(static_cast<int32_t>(plan.groups.size()));
-    plan.groups.push_back(MakeGroup(CacheGroupKind::kSwa, "swa_" + std::to_string(k), k));
-  }
-  const int32_t num_draft_groups = (plan.num_draft_stages + num_slots - 1) / num_slots;
-  for (int32_t m = 0; m < num_draft_groups; ++m) {
-    plan.draft_group_idx.push_back(static_cast<int32_t>(plan.groups.size()));
-    plan.groups.push_back(MakeGroup(CacheGroupKind::kDraft, "draft_" + std::to_string(m), m));
-  }
-
-  // Members (serving.md §3.2, §3.5). G_KV regions sit at disjoint offsets: compressed KV at 0,
-  // index rows after n_s KV rows, the seed's 2-byte regions after n_s index main regions. Members
-  // of the other groups alias at offset 0.
-  const CacheRowFormats& rows = plan.rows;
-  for (CacheSlot& slot : plan.slots) {
-    if (slot.source_layer < 0) continue;
-    const int32_t n = slot.kv_rows_per_page;
-    const size_t index_offset = n * rows.kv_row_bytes;
-    AddMember(plan, slot.slot_idx, SlotMemberKind::kCompressedKv, plan.kv_group_idx,
-              slot.source_layer, n, rows.kv_row_bytes, 0);
-    AddMember(plan, slot.slot_idx, SlotMemberKind::kIndexK, plan.kv_group_idx, slot.source_layer, n,
-              rows.index_main_bytes, index_offset);
-    if (rows.index_tail_bytes > 0) {
-      AddMember(plan, slot.slot_idx, SlotMemberKind::kIndexTail, plan.kv_group_idx,
-                slot.source_layer, n, rows.index_tail_bytes,
-                index_offset + n * rows.index_main_bytes);
-    }
-    slot.kv_index_bytes = n * (rows.kv_row_bytes + rows.index_row_bytes);
-  }
-  for (CacheSlot& slot : plan.slots) {
-    if (slot.ratio > 1) {
-      AddMember(plan, slot.slot_idx, SlotMemberKind::kRing, plan.ring_group_idx, slot.source_layer,
-                rows.ring_rows, rows.ring_row_bytes, 0);
-    }
-  }
-  for (int32_t l = 0; l < num_layers; ++l) {
-    AddMember(plan, plan.SwaSlotOfLayer(l), SlotMemberKind::kSwa,
-              plan.swa_group_idx[plan.SwaGroupOfLayer(l)], l, block_tokens, rows.swa_row_bytes, 0);
-  }
-  for (int32_t j = 0; j < plan.num_draft_stages; ++j) {
-    AddMember(plan, plan.DraftSlotOfStage(j), SlotMemberKind::kDraft,
-              plan.draft_group_idx[plan.DraftGroupOfStage(j)], j, block_tokens, rows.swa_row_bytes,
-              0);
-  }
-
-  // serving.md §3.2: page capacity = max member; bytes per block id = Σ_s page_s.
-  for (CacheSlot& slot : plan.slots) {
-    for (const SlotMember& member : slot.members) {
-      slot.page_bytes = std::max(slot.page_bytes, member.end_bytes());
-    }
-    plan.bytes_per_block_id += slot.page_bytes;
-  }
+  AddGroups(has_kv_sources, max_ring_ratio > 0, plan);
+  AddMembers(options.block_tokens, plan);
+  SizePages(plan);
   return plan;
 }
 
