@@ -284,6 +284,118 @@ void RenderSystemSuffixes(const ChatMessage& m, PromptBuilder& out) {
   }
 }
 
+// §6.2 step 5: before the last user-like message, assistant messages lose their reasoning and
+// messages of roles other than user, system, tool and latest_reminder are dropped.
+std::vector<ChatMessage> DropPastThinking(std::vector<ChatMessage> messages) {
+  const long last = LastUserLikeIndex(messages);
+  std::vector<ChatMessage> kept;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    ChatMessage& m = messages[i];
+    const bool at_or_after_last = static_cast<long>(i) >= last;
+    if (at_or_after_last || m.role == "user" || m.role == "system" || m.role == "tool" ||
+        m.role == "latest_reminder") {
+      kept.push_back(std::move(m));
+    } else if (m.role == "assistant") {
+      m.reasoning_content.reset();
+      kept.push_back(std::move(m));
+    }
+  }
+  return kept;
+}
+
+// What every message's rendering depends on beyond the message itself (§6.2 step 4, §6.3).
+struct RenderSettings {
+  bool thinking = false;     // thinking mode
+  bool drop = false;         // the effective drop of past reasoning
+  long last_user = -1;       // L, of the list as rendered
+  int reasoning_effort = 0;  // 1..100
+};
+
+// §6.4 step 3 for a user message: its blocks joined by "\n\n".
+void RenderUserBlocks(const ChatMessage& m, PromptBuilder& out) {
+  for (size_t k = 0; k < m.blocks.size(); ++k) {
+    if (k > 0) out.Template("\n\n");
+    const ChatBlock& block = m.blocks[k];
+    switch (block.kind) {
+      case ChatBlock::Kind::kText:
+        out.User(block.text);
+        break;
+      case ChatBlock::Kind::kToolResult:
+        out.Template("<tool_result>");
+        out.User(block.text);
+        out.Template("</tool_result>");
+        break;
+      case ChatBlock::Kind::kUnsupported:
+        out.Template("[Unsupported ");
+        out.User(block.type);
+        out.Template("]");
+        break;
+    }
+  }
+}
+
+// §6.4 steps 1–3: the system header and effort line of message 0, then message i by its role.
+void RenderMessage(const std::vector<ChatMessage>& messages, size_t i,
+                   const RenderSettings& settings, PromptBuilder& out) {
+  const ChatMessage& m = messages[i];
+  if (i == 0 && (settings.thinking || m.role == "system")) out.Special(kSystemToken);
+  if (i == 0 && settings.thinking) {
+    out.Template(kEffortPrefix);
+    out.Template(std::to_string(settings.reasoning_effort));
+    out.Template(kEffortSuffix);
+  }
+  if (m.role == "system") {
+    if (i > 0) out.Special(kSystemToken);
+    out.User(m.content);
+    RenderSystemSuffixes(m, out);
+  } else if (m.role == "developer") {
+    out.Special(kUserToken);
+    out.User(m.content);
+    RenderSystemSuffixes(m, out);
+  } else if (m.role == "user") {
+    out.Special(kUserToken);
+    RenderUserBlocks(m, out);
+  } else if (m.role == "latest_reminder") {
+    out.Special(kLatestReminderToken);
+    out.User(m.content);
+  } else if (m.role == "assistant") {
+    const bool after_task = i > 0 && !messages[i - 1].task.empty();
+    if (settings.thinking && !after_task &&
+        (!settings.drop || static_cast<long>(i) > settings.last_user)) {
+      out.User(m.reasoning_content.value_or(""));
+      out.Special(kThinkClose);
+    }
+    out.User(m.content);
+    if (!m.tool_calls.empty()) RenderToolCalls(m.tool_calls, out);
+    out.Special(kEos);
+  }
+}
+
+// Transition (§6.4 step 4, §6.7): the task tokens or assistant header after message i, unless a
+// message other than assistant or latest_reminder follows.
+void RenderTransition(const std::vector<ChatMessage>& messages, size_t i,
+                      const RenderSettings& settings, PromptBuilder& out) {
+  if (i + 1 < messages.size() && messages[i + 1].role != "assistant" &&
+      messages[i + 1].role != "latest_reminder") {
+    return;
+  }
+  const ChatMessage& m = messages[i];
+  if (!m.task.empty()) {
+    const size_t task_idx =
+        static_cast<size_t>(std::find(kTasks.begin(), kTasks.end(), m.task) - kTasks.begin());
+    if (m.task == "action") {
+      out.Special(kAssistantToken);
+      out.Special(settings.thinking ? kThinkOpen : kThinkClose);
+    }
+    out.Special(kTaskTokens[task_idx]);
+  } else if (IsUserLike(m, i)) {
+    out.Special(kAssistantToken);
+    out.Special(settings.thinking && (!settings.drop || static_cast<long>(i) >= settings.last_user)
+                    ? kThinkOpen
+                    : kThinkClose);
+  }
+}
+
 }  // namespace
 
 Result<ChatPrompt> RenderChatMessages(std::vector<ChatMessage> messages,
@@ -293,102 +405,23 @@ Result<ChatPrompt> RenderChatMessages(std::vector<ChatMessage> messages,
     return InvalidArgumentError("reasoning_effort %d out of range 1..100",
                                 options.reasoning_effort);
   }
-  const bool thinking = options.mode == ChatMode::kThinking;
+  RenderSettings settings;
+  settings.thinking = options.mode == ChatMode::kThinking;
+  settings.reasoning_effort = options.reasoning_effort;
 
   messages = MergeToolAndUserMessages(std::move(messages));
   SortToolResults(messages);
   const bool any_tools = std::any_of(messages.begin(), messages.end(),
                                      [](const ChatMessage& m) { return !m.tools.empty(); });
-  const bool drop = options.drop_thinking && !any_tools;
-  if (thinking && drop) {
-    const long last = LastUserLikeIndex(messages);
-    std::vector<ChatMessage> kept;
-    for (size_t i = 0; i < messages.size(); ++i) {
-      ChatMessage& m = messages[i];
-      const bool at_or_after_last = static_cast<long>(i) >= last;
-      if (at_or_after_last || m.role == "user" || m.role == "system" || m.role == "tool" ||
-          m.role == "latest_reminder") {
-        kept.push_back(std::move(m));
-      } else if (m.role == "assistant") {
-        m.reasoning_content.reset();
-        kept.push_back(std::move(m));
-      }
-    }
-    messages = std::move(kept);
-  }
-  const long last_user = LastUserLikeIndex(messages);
+  settings.drop = options.drop_thinking && !any_tools;
+  if (settings.thinking && settings.drop) messages = DropPastThinking(std::move(messages));
+  settings.last_user = LastUserLikeIndex(messages);
 
   PromptBuilder out;
   out.Special(kBos);
   for (size_t i = 0; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    const long index = static_cast<long>(i);
-    if (i == 0 && (thinking || m.role == "system")) out.Special(kSystemToken);
-    if (i == 0 && thinking) {
-      out.Template(kEffortPrefix);
-      out.Template(std::to_string(options.reasoning_effort));
-      out.Template(kEffortSuffix);
-    }
-    if (m.role == "system") {
-      if (i > 0) out.Special(kSystemToken);
-      out.User(m.content);
-      RenderSystemSuffixes(m, out);
-    } else if (m.role == "developer") {
-      out.Special(kUserToken);
-      out.User(m.content);
-      RenderSystemSuffixes(m, out);
-    } else if (m.role == "user") {
-      out.Special(kUserToken);
-      for (size_t k = 0; k < m.blocks.size(); ++k) {
-        if (k > 0) out.Template("\n\n");
-        const ChatBlock& block = m.blocks[k];
-        switch (block.kind) {
-          case ChatBlock::Kind::kText:
-            out.User(block.text);
-            break;
-          case ChatBlock::Kind::kToolResult:
-            out.Template("<tool_result>");
-            out.User(block.text);
-            out.Template("</tool_result>");
-            break;
-          case ChatBlock::Kind::kUnsupported:
-            out.Template("[Unsupported ");
-            out.User(block.type);
-            out.Template("]");
-            break;
-        }
-      }
-    } else if (m.role == "latest_reminder") {
-      out.Special(kLatestReminderToken);
-      out.User(m.content);
-    } else if (m.role == "assistant") {
-      const bool after_task = i > 0 && !messages[i - 1].task.empty();
-      if (thinking && !after_task && (!drop || index > last_user)) {
-        out.User(m.reasoning_content.value_or(""));
-        out.Special(kThinkClose);
-      }
-      out.User(m.content);
-      if (!m.tool_calls.empty()) RenderToolCalls(m.tool_calls, out);
-      out.Special(kEos);
-    }
-
-    // Transition (§6.4 step 4, §6.7).
-    if (i + 1 < messages.size() && messages[i + 1].role != "assistant" &&
-        messages[i + 1].role != "latest_reminder") {
-      continue;
-    }
-    if (!m.task.empty()) {
-      const size_t task_idx =
-          static_cast<size_t>(std::find(kTasks.begin(), kTasks.end(), m.task) - kTasks.begin());
-      if (m.task == "action") {
-        out.Special(kAssistantToken);
-        out.Special(thinking ? kThinkOpen : kThinkClose);
-      }
-      out.Special(kTaskTokens[task_idx]);
-    } else if (IsUserLike(m, i)) {
-      out.Special(kAssistantToken);
-      out.Special(thinking && (!drop || index >= last_user) ? kThinkOpen : kThinkClose);
-    }
+    RenderMessage(messages, i, settings, out);
+    RenderTransition(messages, i, settings, out);
   }
   return std::move(out).Finish(options.mode);
 }
