@@ -331,6 +331,124 @@ struct DiskEngramRowSource::State {
     }
     return OkStatus();
   }
+
+  // The pages one row's values and scales touch at most (each may straddle a page boundary).
+  uint64_t MaxPagesPerRow() const {
+    return (value_bytes + kPageBytes - 1) / kPageBytes + 1 +
+           (scale_bytes + kPageBytes - 1) / kPageBytes + 1;
+  }
+
+  // Copies the cached rows of `row_ids` out (when `fill`) and lists the others in misses and
+  // miss_index. A row outside the table fails the fetch before any hit is counted.
+  Status ServeCachedRows(const std::string& name, int64_t num_rows,
+                         std::span<const int64_t> row_ids, bool fill, std::span<std::byte> values,
+                         std::span<std::byte> scales) {
+    misses.clear();
+    miss_index.clear();
+    uint64_t hits = 0;
+    for (size_t i = 0; i < row_ids.size(); ++i) {
+      const int64_t row = row_ids[i];
+      DSV41_RETURN_IF_ERROR(CheckRow(name, row, num_rows));
+      const auto it = capacity > 0 ? slot_of.find(row) : slot_of.end();
+      if (it != slot_of.end()) {
+        ++hits;
+        referenced[static_cast<size_t>(it->second)] = 1;
+        if (fill) {
+          const std::byte* slot = Slot(it->second);
+          std::memcpy(values.data() + i * value_bytes, slot, value_bytes);
+          std::memcpy(scales.data() + i * scale_bytes, slot + value_bytes, scale_bytes);
+        }
+        continue;
+      }
+      misses.push_back(row);
+      miss_index.push_back(i);
+    }
+    cache_hits.fetch_add(hits, std::memory_order_relaxed);
+    return OkStatus();
+  }
+
+  // Collects the pages of misses from `begin` on, as many rows as the staging buffer holds,
+  // de-duplicated, and coalesces adjacent ones into runs. Returns the end of the batch.
+  size_t PlanBatch(size_t begin) {
+    const uint64_t row_pages = MaxPagesPerRow();
+    pages.clear();
+    size_t end = begin;
+    while (end < misses.size() && pages.size() + row_pages <= max_pages) {
+      const uint64_t r = static_cast<uint64_t>(misses[end]);
+      AddPages(0, r * value_bytes, value_bytes);
+      AddPages(1, r * scale_bytes, scale_bytes);
+      ++end;
+    }
+    std::sort(pages.begin(), pages.end());
+    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+    runs.clear();
+    for (size_t i = 0; i < pages.size(); ++i) {
+      const int32_t file = static_cast<int32_t>(pages[i] >> 56);
+      const uint64_t page = pages[i] & ((uint64_t{1} << 56) - 1);
+      if (!runs.empty()) {
+        Run& last = runs.back();
+        if (last.file == file && last.first_page + last.count == page &&
+            last.count < kMaxRunPages) {
+          ++last.count;
+          continue;
+        }
+      }
+      runs.push_back(Run{
+          .file = file, .first_page = page, .count = 1, .staging_page = static_cast<uint64_t>(i)});
+    }
+    return end;
+  }
+
+  // Reads the planned runs into the staging buffer on the I/O threads and counts them.
+  Status ReadBatch() {
+    if (!direct_io) {
+      // Queue every read with the kernel first (asynchronous read-ahead of exactly these pages),
+      // so the reads are in flight at once even when the I/O threads are slow to be scheduled.
+      for (const Run& r : runs) {
+        (void)::posix_fadvise(files[r.file].fd, static_cast<off_t>(r.first_page * kPageBytes),
+                              static_cast<off_t>(r.count * kPageBytes), POSIX_FADV_WILLNEED);
+      }
+    }
+    std::fill(thread_status.begin(), thread_status.end(), OkStatus());
+    std::fill(thread_bytes.begin(), thread_bytes.end(), 0);
+    io_pool->ParallelFor(static_cast<int64_t>(runs.size()), 1,
+                         [this](int64_t b, int64_t e, int thread_idx) {
+                           const size_t t = static_cast<size_t>(thread_idx);
+                           for (int64_t i = b; i < e && thread_status[t].ok(); ++i) {
+                             uint64_t got = 0;
+                             thread_status[t] = ReadRun(runs[static_cast<size_t>(i)], &got);
+                             thread_bytes[t] += got;
+                           }
+                         });
+    uint64_t bytes = 0;
+    for (uint64_t b : thread_bytes) bytes += b;
+    bytes_read.fetch_add(bytes, std::memory_order_relaxed);
+    pages_read.fetch_add(pages.size(), std::memory_order_relaxed);
+    for (const Status& status : thread_status) {
+      if (!status.ok()) {
+        read_errors.fetch_add(1, std::memory_order_relaxed);
+        return status;
+      }
+    }
+    return OkStatus();
+  }
+
+  // Copies the staged rows of misses [begin, end) out (when `fill`) and into the hot-row cache.
+  void DeliverBatch(size_t begin, size_t end, bool fill, std::span<std::byte> values,
+                    std::span<std::byte> scales) {
+    for (size_t m = begin; m < end; ++m) {
+      const uint64_t r = static_cast<uint64_t>(misses[m]);
+      const std::byte* value = Staged(0, r * value_bytes);
+      const std::byte* scale = Staged(1, r * scale_bytes);
+      if (fill) {
+        const size_t i = miss_index[m];
+        std::memcpy(values.data() + i * value_bytes, value, value_bytes);
+        std::memcpy(scales.data() + i * scale_bytes, scale, scale_bytes);
+      }
+      Insert(static_cast<int64_t>(r), value, scale);
+    }
+    rows_read.fetch_add(end - begin, std::memory_order_relaxed);
+  }
 };
 
 Result<std::unique_ptr<DiskEngramRowSource>> DiskEngramRowSource::Open(
@@ -384,10 +502,8 @@ Result<std::unique_ptr<DiskEngramRowSource>> DiskEngramRowSource::Open(
     s.slot_of.reserve(static_cast<size_t>(s.capacity));
   }
   // A batch must hold at least one row's pages.
-  const uint64_t row_pages = (s.value_bytes + kPageBytes - 1) / kPageBytes + 1 +
-                             (s.scale_bytes + kPageBytes - 1) / kPageBytes + 1;
   s.max_pages = std::max<uint64_t>(static_cast<uint64_t>(std::max(options.max_pages_per_batch, 1)),
-                                   row_pages);
+                                   s.MaxPagesPerRow());
   DSV41_ASSIGN_OR_RETURN(s.staging,
                          AnonymousMemory::Allocate(static_cast<size_t>(s.max_pages * kPageBytes),
                                                    "the read buffer of " + source->name_));
@@ -406,98 +522,12 @@ Status DiskEngramRowSource::Fetch(std::span<const int64_t> row_ids, std::span<st
   const bool fill = !values.empty();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.rows_fetched.fetch_add(row_ids.size(), std::memory_order_relaxed);
-  s.misses.clear();
-  s.miss_index.clear();
-  uint64_t hits = 0;
-  for (size_t i = 0; i < row_ids.size(); ++i) {
-    const int64_t row = row_ids[i];
-    DSV41_RETURN_IF_ERROR(CheckRow(name_, row, num_rows_));
-    const auto it = s.capacity > 0 ? s.slot_of.find(row) : s.slot_of.end();
-    if (it != s.slot_of.end()) {
-      ++hits;
-      s.referenced[static_cast<size_t>(it->second)] = 1;
-      if (fill) {
-        const std::byte* slot = s.Slot(it->second);
-        std::memcpy(values.data() + i * s.value_bytes, slot, s.value_bytes);
-        std::memcpy(scales.data() + i * s.scale_bytes, slot + s.value_bytes, s.scale_bytes);
-      }
-      continue;
-    }
-    s.misses.push_back(row);
-    s.miss_index.push_back(i);
-  }
-  s.cache_hits.fetch_add(hits, std::memory_order_relaxed);
-  const uint64_t row_pages = (s.value_bytes + kPageBytes - 1) / kPageBytes + 1 +
-                             (s.scale_bytes + kPageBytes - 1) / kPageBytes + 1;
+  DSV41_RETURN_IF_ERROR(s.ServeCachedRows(name_, num_rows_, row_ids, fill, values, scales));
   size_t begin = 0;
   while (begin < s.misses.size()) {
-    // The pages of as many misses as the staging buffer holds, de-duplicated.
-    s.pages.clear();
-    size_t end = begin;
-    while (end < s.misses.size() && s.pages.size() + row_pages <= s.max_pages) {
-      const uint64_t r = static_cast<uint64_t>(s.misses[end]);
-      s.AddPages(0, r * s.value_bytes, s.value_bytes);
-      s.AddPages(1, r * s.scale_bytes, s.scale_bytes);
-      ++end;
-    }
-    std::sort(s.pages.begin(), s.pages.end());
-    s.pages.erase(std::unique(s.pages.begin(), s.pages.end()), s.pages.end());
-    s.runs.clear();
-    for (size_t i = 0; i < s.pages.size(); ++i) {
-      const int32_t file = static_cast<int32_t>(s.pages[i] >> 56);
-      const uint64_t page = s.pages[i] & ((uint64_t{1} << 56) - 1);
-      if (!s.runs.empty()) {
-        State::Run& last = s.runs.back();
-        if (last.file == file && last.first_page + last.count == page &&
-            last.count < kMaxRunPages) {
-          ++last.count;
-          continue;
-        }
-      }
-      s.runs.push_back(State::Run{
-          .file = file, .first_page = page, .count = 1, .staging_page = static_cast<uint64_t>(i)});
-    }
-    if (!s.direct_io) {
-      // Queue every read with the kernel first (asynchronous read-ahead of exactly these pages),
-      // so the reads are in flight at once even when the I/O threads are slow to be scheduled.
-      for (const State::Run& r : s.runs) {
-        (void)::posix_fadvise(s.files[r.file].fd, static_cast<off_t>(r.first_page * kPageBytes),
-                              static_cast<off_t>(r.count * kPageBytes), POSIX_FADV_WILLNEED);
-      }
-    }
-    std::fill(s.thread_status.begin(), s.thread_status.end(), OkStatus());
-    std::fill(s.thread_bytes.begin(), s.thread_bytes.end(), 0);
-    s.io_pool->ParallelFor(static_cast<int64_t>(s.runs.size()), 1,
-                           [&s](int64_t b, int64_t e, int thread_idx) {
-                             const size_t t = static_cast<size_t>(thread_idx);
-                             for (int64_t i = b; i < e && s.thread_status[t].ok(); ++i) {
-                               uint64_t got = 0;
-                               s.thread_status[t] = s.ReadRun(s.runs[static_cast<size_t>(i)], &got);
-                               s.thread_bytes[t] += got;
-                             }
-                           });
-    uint64_t bytes = 0;
-    for (uint64_t b : s.thread_bytes) bytes += b;
-    s.bytes_read.fetch_add(bytes, std::memory_order_relaxed);
-    s.pages_read.fetch_add(s.pages.size(), std::memory_order_relaxed);
-    for (const Status& status : s.thread_status) {
-      if (!status.ok()) {
-        s.read_errors.fetch_add(1, std::memory_order_relaxed);
-        return status;
-      }
-    }
-    for (size_t m = begin; m < end; ++m) {
-      const uint64_t r = static_cast<uint64_t>(s.misses[m]);
-      const std::byte* value = s.Staged(0, r * s.value_bytes);
-      const std::byte* scale = s.Staged(1, r * s.scale_bytes);
-      if (fill) {
-        const size_t i = s.miss_index[m];
-        std::memcpy(values.data() + i * s.value_bytes, value, s.value_bytes);
-        std::memcpy(scales.data() + i * s.scale_bytes, scale, s.scale_bytes);
-      }
-      s.Insert(static_cast<int64_t>(r), value, scale);
-    }
-    s.rows_read.fetch_add(end - begin, std::memory_order_relaxed);
+    const size_t end = s.PlanBatch(begin);
+    DSV41_RETURN_IF_ERROR(s.ReadBatch());
+    s.DeliverBatch(begin, end, fill, values, scales);
     begin = end;
   }
   return OkStatus();
