@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   auto json = dsv41::ParseJson(text, "fuzz input");
   if (!json.ok()) return 0;
-  auto config = dsv41::ParseModelConfig(&*json, nullptr);
+  auto config = dsv41::ParseModelConfig(*json);
   if (!config.ok()) return 0;
   const dsv41::LayerPlan plan = dsv41::PlanLayers(*config);
   DSV41_CHECK(static_cast<int32_t>(plan.layers.size()) == config->num_hidden_layers);
@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)dsv41::PlanCache(*config, plan, dsv41::CachePlanOptions{});
   auto written = dsv41::ParseJson(dsv41::ConfigToHfJson(*config).dump(), "written config");
   DSV41_CHECK(written.ok(), "written config is not JSON");
-  auto reread = dsv41::ParseModelConfig(&*written, nullptr);
+  auto reread = dsv41::ParseModelConfig(*written);
   DSV41_CHECK(reread.ok(), "written config does not parse: %s", reread.status().ToString().c_str());
   DSV41_CHECK(*reread == *config, "written config reads back different");
   return 0;

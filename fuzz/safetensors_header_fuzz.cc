@@ -4,29 +4,25 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <string>
-#include <utility>
-#include <vector>
 
 #include "base/check.h"
 #include "checkpoint/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
-  uint64_t data_start = 0;
-  std::vector<std::pair<std::string, std::string>> metadata;
-  dsv41::Result<std::vector<dsv41::TensorInfo>> parsed =
-      dsv41::ParseSafetensorsHeader(bytes, "fuzz.safetensors", &data_start, &metadata);
+  dsv41::Result<dsv41::SafetensorsHeader> parsed =
+      dsv41::ParseSafetensorsHeader(bytes, "fuzz.safetensors");
   if (!parsed.ok()) {
     DSV41_CHECK(!parsed.status().message().empty(), "error without a message");
     return 0;
   }
   // What a successful parse promises (safetensors.h).
+  const uint64_t data_start = parsed->data_start;
   DSV41_CHECK(data_start >= 8 && data_start <= size, "data_start %zu of %zu",
               static_cast<size_t>(data_start), size);
   const uint64_t data_bytes = size - data_start;
   uint64_t previous_end = 0;
-  for (const dsv41::TensorInfo& t : *parsed) {
+  for (const dsv41::TensorInfo& t : parsed->tensors) {
     DSV41_CHECK(t.begin <= t.end && t.end <= data_bytes, "tensor outside the data section");
     const std::optional<uint64_t> num_bytes = dsv41::TensorBytes(t.dtype, t.shape);
     DSV41_CHECK(num_bytes.has_value() && *num_bytes == t.end - t.begin, "size mismatch");

@@ -174,9 +174,8 @@ std::optional<uint64_t> TensorBytes(DType dtype, const Shape& shape) {
   return *num_elements * element_bytes;
 }
 
-Result<std::vector<TensorInfo>> ParseSafetensorsHeader(
-    std::span<const std::byte> file_bytes, std::string_view file_name, uint64_t* data_start_out,
-    std::vector<std::pair<std::string, std::string>>* metadata_out) {
+Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> file_bytes,
+                                                 std::string_view file_name) {
   const std::string file(file_name);
   const char* f = file.c_str();
   if (file_bytes.size() < kLengthFieldBytes) {
@@ -203,7 +202,8 @@ Result<std::vector<TensorInfo>> ParseSafetensorsHeader(
   }
   const uint64_t data_bytes = after_length - header_bytes;
 
-  std::vector<TensorInfo> tensors;
+  SafetensorsHeader parsed;
+  std::vector<TensorInfo>& tensors = parsed.tensors;
   tensors.reserve(header->size());
   for (const auto& [key, entry] : header->items()) {
     if (key == kMetadataKey) {
@@ -215,9 +215,7 @@ Result<std::vector<TensorInfo>> ParseSafetensorsHeader(
           return DataLossError("%s: __metadata__ '%s' is a JSON %s, not a string", f,
                                meta_key.c_str(), meta_value.type_name());
         }
-        if (metadata_out != nullptr) {
-          metadata_out->emplace_back(meta_key, meta_value.get<std::string>());
-        }
+        parsed.metadata.emplace_back(meta_key, meta_value.get<std::string>());
       }
       continue;
     }
@@ -241,8 +239,8 @@ Result<std::vector<TensorInfo>> ParseSafetensorsHeader(
     }
     previous = &t;
   }
-  if (data_start_out != nullptr) *data_start_out = kLengthFieldBytes + header_bytes;
-  return tensors;
+  parsed.data_start = kLengthFieldBytes + header_bytes;
+  return parsed;
 }
 
 SafetensorsFile::SafetensorsFile(MappedFile file, std::vector<TensorInfo> tensors,
@@ -258,11 +256,9 @@ SafetensorsFile::SafetensorsFile(MappedFile file, std::vector<TensorInfo> tensor
 
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   DSV41_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
-  uint64_t data_start = 0;
-  std::vector<std::pair<std::string, std::string>> metadata;
-  DSV41_ASSIGN_OR_RETURN(std::vector<TensorInfo> tensors,
-                         ParseSafetensorsHeader(file.bytes(), path, &data_start, &metadata));
-  return SafetensorsFile(std::move(file), std::move(tensors), std::move(metadata), data_start);
+  DSV41_ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensorsHeader(file.bytes(), path));
+  return SafetensorsFile(std::move(file), std::move(header.tensors), std::move(header.metadata),
+                         header.data_start);
 }
 
 std::optional<TensorView> SafetensorsFile::Find(std::string_view name) const {

@@ -29,6 +29,13 @@ struct TensorInfo {
 // A header larger than this is rejected as corrupt (the real shards' headers are < 1 MiB).
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;
 
+// A parsed header: what ParseSafetensorsHeader returns on success.
+struct SafetensorsHeader {
+  std::vector<TensorInfo> tensors;  // in data order (ascending begin, then end)
+  uint64_t data_start = 0;          // 8 + N, the file offset of the data section
+  std::vector<std::pair<std::string, std::string>> metadata;  // `__metadata__`, in key order
+};
+
 // Parses and validates the header of a safetensors file held in `file_bytes` (the whole file, or
 // at least the 8-byte length, the header and the data section it describes). Pure: reads only
 // `file_bytes`. `file_name` only names the file in errors.
@@ -40,12 +47,9 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = uint64_t{100} << 20;
 // overlap; `__metadata__`, when present, is an object of strings. Errors are DataLoss with a
 // message naming the file and, where one is at fault, the tensor.
 //
-// On success returns the tensors in data order (ascending begin, then end) and sets
-// `*data_start_out` (if not null) to 8 + N, the file offset of the data section. `metadata_out`
-// (if not null) receives the `__metadata__` pairs in key order.
-Result<std::vector<TensorInfo>> ParseSafetensorsHeader(
-    std::span<const std::byte> file_bytes, std::string_view file_name, uint64_t* data_start_out,
-    std::vector<std::pair<std::string, std::string>>* metadata_out = nullptr);
+// On success returns the tensors, the data section's offset and the metadata (SafetensorsHeader).
+Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const std::byte> file_bytes,
+                                                 std::string_view file_name);
 
 // A zero-copy view of one tensor inside a mapping; valid while the owning SafetensorsFile (or
 // Checkpoint) lives. The bytes are C-contiguous little-endian elements with NO alignment

@@ -34,9 +34,7 @@ std::span<const std::byte> AsBytes(std::string_view s) {
 
 // Parses `file` as "x.safetensors" and returns the error message ("" when it parsed).
 std::string ParseError(const std::string& file) {
-  uint64_t data_start = 0;
-  Result<std::vector<TensorInfo>> parsed =
-      ParseSafetensorsHeader(AsBytes(file), "x.safetensors", &data_start);
+  Result<SafetensorsHeader> parsed = ParseSafetensorsHeader(AsBytes(file), "x.safetensors");
   if (parsed.ok()) return "";
   EXPECT_EQ(parsed.status().code(), StatusCode::kDataLoss);
   return parsed.status().message();
@@ -64,21 +62,20 @@ TEST(SafetensorsHeaderTest, ParsesHandMadeFile) {
   const std::string header = R"({"b":{"dtype":"U8","shape":[3],"data_offsets":[8,11]},)"
                              R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   const std::string file = HandMadeFile(header, std::string(11, 'x'));
-  uint64_t data_start = 0;
-  Result<std::vector<TensorInfo>> parsed =
-      ParseSafetensorsHeader(AsBytes(file), "x.safetensors", &data_start);
+  Result<SafetensorsHeader> parsed = ParseSafetensorsHeader(AsBytes(file), "x.safetensors");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  EXPECT_EQ(data_start, 8 + header.size());
-  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ(parsed->data_start, 8 + header.size());
+  const std::vector<TensorInfo>& tensors = parsed->tensors;
+  ASSERT_EQ(tensors.size(), 2u);
   // Data order, not key order.
-  EXPECT_EQ((*parsed)[0].name, "a");
-  EXPECT_EQ((*parsed)[0].dtype, DType::kF32);
-  EXPECT_EQ((*parsed)[0].shape, Shape({2}));
-  EXPECT_EQ((*parsed)[0].begin, 0u);
-  EXPECT_EQ((*parsed)[0].end, 8u);
-  EXPECT_EQ((*parsed)[1].name, "b");
-  EXPECT_EQ((*parsed)[1].begin, 8u);
-  EXPECT_EQ((*parsed)[1].end, 11u);
+  EXPECT_EQ(tensors[0].name, "a");
+  EXPECT_EQ(tensors[0].dtype, DType::kF32);
+  EXPECT_EQ(tensors[0].shape, Shape({2}));
+  EXPECT_EQ(tensors[0].begin, 0u);
+  EXPECT_EQ(tensors[0].end, 8u);
+  EXPECT_EQ(tensors[1].name, "b");
+  EXPECT_EQ(tensors[1].begin, 8u);
+  EXPECT_EQ(tensors[1].end, 11u);
 }
 
 TEST(SafetensorsHeaderTest, AcceptsSpacePaddingMetadataScalarAndEmptyTensors) {
@@ -86,12 +83,10 @@ TEST(SafetensorsHeaderTest, AcceptsSpacePaddingMetadataScalarAndEmptyTensors) {
       R"({"__metadata__":{"format":"pt"},"s":{"dtype":"BF16","shape":[],"data_offsets":[0,2]},)"
       R"("e":{"dtype":"F32","shape":[0,7],"data_offsets":[1,1]}}     )";
   const std::string file = HandMadeFile(header, "ab");
-  std::vector<std::pair<std::string, std::string>> metadata;
-  Result<std::vector<TensorInfo>> parsed =
-      ParseSafetensorsHeader(AsBytes(file), "x.safetensors", nullptr, &metadata);
+  Result<SafetensorsHeader> parsed = ParseSafetensorsHeader(AsBytes(file), "x.safetensors");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  ASSERT_EQ(parsed->size(), 2u);
-  EXPECT_EQ(metadata, (std::vector<std::pair<std::string, std::string>>{{"format", "pt"}}));
+  ASSERT_EQ(parsed->tensors.size(), 2u);
+  EXPECT_EQ(parsed->metadata, (std::vector<std::pair<std::string, std::string>>{{"format", "pt"}}));
 }
 
 TEST(SafetensorsHeaderTest, FileShorterThanLengthFieldIsNamed) {

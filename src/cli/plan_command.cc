@@ -88,7 +88,7 @@ int RunPlan(const PlanFlags& flags) {
   } else if (!flags.config_file.empty()) {
     Result<Json> json = ReadJsonFile(flags.config_file);
     Result<ModelConfig> parsed =
-        json.ok() ? ParseModelConfig(&*json, nullptr) : Result<ModelConfig>(json.status());
+        json.ok() ? ParseModelConfig(*json) : Result<ModelConfig>(json.status());
     if (!parsed.ok()) {
       std::fprintf(stderr, "dsv41 plan: %s\n", parsed.status().ToString().c_str());
       return 1;

@@ -781,9 +781,8 @@ Status CheckConfigRules(const ModelConfig& config, const WhereByField& where_by_
   return OkStatus();
 }
 
-}  // namespace
-
-Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* inference_json,
+// ParseModelConfig over either file or both (at least one is given; null: the file is absent).
+Result<ModelConfig> ParseConfigFiles(const Json* config_json, const Json* inference_json,
                                      std::string_view inference_name) {
   DSV41_RETURN_IF_ERROR(CheckTopLevelObjects(config_json, inference_json, inference_name));
   DSV41_ASSIGN_OR_RETURN(const ConfigSources all,
@@ -802,6 +801,22 @@ Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* infere
   DSV41_RETURN_IF_ERROR(CheckConfigRules(config, where_by_field, all.primary()));
   WarnAboutConfig(config);
   return config;
+}
+
+}  // namespace
+
+Result<ModelConfig> ParseModelConfig(const Json& config_json, const Json& inference_json,
+                                     std::string_view inference_name) {
+  return ParseConfigFiles(&config_json, &inference_json, inference_name);
+}
+
+Result<ModelConfig> ParseModelConfig(const Json& config_json) {
+  return ParseConfigFiles(&config_json, nullptr, "inference/config.json");
+}
+
+Result<ModelConfig> ParseInferenceConfig(const Json& inference_json,
+                                         std::string_view inference_name) {
+  return ParseConfigFiles(nullptr, &inference_json, inference_name);
 }
 
 Result<ModelConfig> LoadModelConfig(const std::string& dir) {
@@ -826,7 +841,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& dir) {
                          dir.c_str());
   }
   Result<ModelConfig> config =
-      ParseModelConfig(config_json ? &*config_json : nullptr,
+      ParseConfigFiles(config_json ? &*config_json : nullptr,
                        inference_json ? &*inference_json : nullptr, inference_name);
   if (!config.ok()) return config.status().WithPrefix(dir);
   return config;

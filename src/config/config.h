@@ -129,14 +129,19 @@ struct ModelConfig {
 };
 
 // Builds a ModelConfig from parsed JSON: `config_json` is config.json (composite or bare text
-// config) or null; `inference_json` is inference/config.json (flat reference names) or null. At
-// least one must be given; fields present in both must agree. Every field is looked up under all of
-// its spellings (model.md §1.2) in both files; JSON null counts as absent. Applies the defaults of
-// model.md §1.6 and then validates (ValidateConfig). Errors are InvalidArgument naming the file and
-// the field, e.g. "config.json: text_config.hidden_size: want an integer, got string \"256\"".
-// `inference_name` is how errors name the second file.
-Result<ModelConfig> ParseModelConfig(const Json* config_json, const Json* inference_json,
+// config); `inference_json` is inference/config.json (flat reference names); fields present in
+// both must agree. Every field is looked up under all of its spellings (model.md §1.2) in both
+// files; JSON null counts as absent. Applies the defaults of model.md §1.6 and then validates
+// (ValidateConfig). Errors are InvalidArgument naming the file and the field, e.g. "config.json:
+// text_config.hidden_size: want an integer, got string \"256\"". `inference_name` is how errors
+// name the second file.
+Result<ModelConfig> ParseModelConfig(const Json& config_json, const Json& inference_json,
                                      std::string_view inference_name = "inference/config.json");
+// The same from config.json alone.
+Result<ModelConfig> ParseModelConfig(const Json& config_json);
+// The same from inference/config.json alone.
+Result<ModelConfig> ParseInferenceConfig(const Json& inference_json,
+                                         std::string_view inference_name = "inference/config.json");
 
 // Reads `dir`/config.json and/or `dir`/inference/config.json (also `inference_config.json`).
 Result<ModelConfig> LoadModelConfig(const std::string& dir);

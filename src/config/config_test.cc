@@ -25,20 +25,20 @@ Json ReadJson(const std::string& path) {
 
 // Parses `hf` alone (config.json) and returns the error message, or "" when it parses.
 std::string ParseError(const Json& hf) {
-  Result<ModelConfig> config = ParseModelConfig(&hf, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(hf);
   return config.ok() ? "" : config.status().message();
 }
 
 TEST(ConfigTest, ReleasedHfConfigParsesToReleasedConfig) {
   const Json hf = ReadJson(kTestdata + "released_config.json");
-  Result<ModelConfig> config = ParseModelConfig(&hf, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(hf);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(*config, ReleasedConfig());
 }
 
 TEST(ConfigTest, ReleasedInferenceConfigParsesToReleasedConfig) {
   const Json ref = ReadJson(kTestdata + "released_inference_config.json");
-  Result<ModelConfig> config = ParseModelConfig(nullptr, &ref);
+  Result<ModelConfig> config = ParseInferenceConfig(ref);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   ModelConfig want = ReleasedConfig();
   want.image_token_id = -1;  // the fixture's reference file does not carry it
@@ -48,7 +48,7 @@ TEST(ConfigTest, ReleasedInferenceConfigParsesToReleasedConfig) {
 TEST(ConfigTest, BothReleasedFilesTogetherAgree) {
   const Json hf = ReadJson(kTestdata + "released_config.json");
   const Json ref = ReadJson(kTestdata + "released_inference_config.json");
-  Result<ModelConfig> config = ParseModelConfig(&hf, &ref);
+  Result<ModelConfig> config = ParseModelConfig(hf, ref);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(*config, ReleasedConfig());
 }
@@ -77,8 +77,8 @@ TEST(ConfigTest, GoldenTinyConfigsLoadFromEitherFileAlike) {
     ASSERT_TRUE(both.ok()) << both.status().ToString();
     const Json hf = ReadJson(dir + "/config.json");
     const Json ref = ReadJson(dir + "/inference/config.json");
-    Result<ModelConfig> from_hf = ParseModelConfig(&hf, nullptr);
-    Result<ModelConfig> from_ref = ParseModelConfig(nullptr, &ref);
+    Result<ModelConfig> from_hf = ParseModelConfig(hf);
+    Result<ModelConfig> from_ref = ParseInferenceConfig(ref);
     ASSERT_TRUE(from_hf.ok()) << from_hf.status().ToString();
     ASSERT_TRUE(from_ref.ok()) << from_ref.status().ToString();
     EXPECT_EQ(*from_hf, *both);
@@ -129,9 +129,9 @@ TEST(ConfigTest, EmittedConfigsParseBackToTheSameConfig) {
     SCOPED_TRACE(i);
     const Json hf = ToJson(ConfigToHfJson(configs[i]));
     const Json ref = ToJson(ConfigToInferenceJson(configs[i]));
-    Result<ModelConfig> from_hf = ParseModelConfig(&hf, nullptr);
-    Result<ModelConfig> from_ref = ParseModelConfig(nullptr, &ref);
-    Result<ModelConfig> from_both = ParseModelConfig(&hf, &ref);
+    Result<ModelConfig> from_hf = ParseModelConfig(hf);
+    Result<ModelConfig> from_ref = ParseInferenceConfig(ref);
+    Result<ModelConfig> from_both = ParseModelConfig(hf, ref);
     ASSERT_TRUE(from_hf.ok()) << from_hf.status().ToString();
     ASSERT_TRUE(from_ref.ok()) << from_ref.status().ToString();
     ASSERT_TRUE(from_both.ok()) << from_both.status().ToString();
@@ -176,7 +176,7 @@ TEST(ConfigTest, BareTextConfigIsTheTextConfig) {
   Json bare = hf["text_config"];
   bare["quantization_config"] = hf["quantization_config"];
   bare["image_token_id"] = 129264;
-  Result<ModelConfig> config = ParseModelConfig(&bare, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(bare);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(*config, ReleasedConfig());
 }
@@ -186,14 +186,14 @@ TEST(ConfigTest, QuantizationConfigInsideTextConfigIsRead) {
     text["quantization_config"] = top["quantization_config"];
     top.erase("quantization_config");
   });
-  Result<ModelConfig> config = ParseModelConfig(&hf, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(hf);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(*config, ReleasedConfig());
 }
 
 TEST(ConfigTest, AbsentQuantizationConfigMeansUnquantised) {
   const Json hf = ReleasedHf([](Json& top, Json&) { top.erase("quantization_config"); });
-  Result<ModelConfig> config = ParseModelConfig(&hf, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(hf);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_FALSE(config->quantization.quantized);
 }
@@ -202,11 +202,11 @@ TEST(ConfigTest, ReferenceDtypeBf16AndNullExpertDtypeAreRead) {
   Json ref = ReadJson(kTestdata + "released_inference_config.json");
   ref["dtype"] = "bf16";
   ref["expert_dtype"] = nullptr;
-  Result<ModelConfig> bf16 = ParseModelConfig(nullptr, &ref);
+  Result<ModelConfig> bf16 = ParseInferenceConfig(ref);
   ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
   EXPECT_EQ(bf16->quantization, QuantizationConfig{});
   ref["dtype"] = "fp8";
-  Result<ModelConfig> fp8 = ParseModelConfig(nullptr, &ref);
+  Result<ModelConfig> fp8 = ParseInferenceConfig(ref);
   ASSERT_TRUE(fp8.ok()) << fp8.status().ToString();
   EXPECT_TRUE(fp8->quantization.quantized);
   EXPECT_EQ(fp8->quantization.expert_dtype, "");
@@ -226,7 +226,7 @@ TEST(ConfigTest, NestedRopeParametersAreRead) {
                                  {"beta_fast", 32},
                                  {"beta_slow", 1}}}};
   });
-  Result<ModelConfig> config = ParseModelConfig(&hf, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(hf);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(*config, ReleasedConfig());
 }
@@ -236,14 +236,14 @@ TEST(ConfigTest, EngramPadIdSpellingIsAccepted) {
     text.erase("engram_pad_token_id");
     text["engram_pad_id"] = 7;
   });
-  Result<ModelConfig> config = ParseModelConfig(&hf, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(hf);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->engram_pad_token_id, 7);
 }
 
 TEST(ConfigTest, AbsentEngramPadDefaultsToTwo) {
   const Json hf = ReleasedHf([](Json&, Json& text) { text.erase("engram_pad_token_id"); });
-  Result<ModelConfig> config = ParseModelConfig(&hf, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(hf);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->engram_pad_token_id, 2);
 }
@@ -255,7 +255,7 @@ TEST(ConfigTest, CompressRatiosWithoutStageEntriesAreAccepted) {
     ratios.erase(ratios.size() - 1);
     ratios.erase(ratios.size() - 1);
   });
-  Result<ModelConfig> config = ParseModelConfig(&hf, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(hf);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(*config, ReleasedConfig());
 }
@@ -277,7 +277,7 @@ TEST(ConfigTest, DisagreeingFilesAreRejectedNamingBoth) {
   const Json hf = ReadJson(kTestdata + "released_config.json");
   Json ref = ReadJson(kTestdata + "released_inference_config.json");
   ref["dim"] = 4096;
-  Result<ModelConfig> config = ParseModelConfig(&hf, &ref);
+  Result<ModelConfig> config = ParseModelConfig(hf, ref);
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("config.json: text_config.hidden_size = 5120"));
   EXPECT_THAT(config.status().message(), HasSubstr("inference/config.json: dim = 4096"));
@@ -287,7 +287,7 @@ TEST(ConfigTest, DisagreeingQuantizationIsRejected) {
   const Json hf = ReadJson(kTestdata + "released_config.json");
   Json ref = ReadJson(kTestdata + "released_inference_config.json");
   ref["dtype"] = "bf16";
-  Result<ModelConfig> config = ParseModelConfig(&hf, &ref);
+  Result<ModelConfig> config = ParseModelConfig(hf, ref);
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("inference/config.json: dtype"));
 }
@@ -351,7 +351,7 @@ TEST(ConfigTest, ValidationErrorsNameFileAndField) {
             "source needs ratio > 0");
   Json ref = ReadJson(kCheckpoints + "tiny-a/inference/config.json");
   ref["kv_source_layers"] = {0, 2, 4, 6};
-  Result<ModelConfig> config = ParseModelConfig(nullptr, &ref);
+  Result<ModelConfig> config = ParseInferenceConfig(ref);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().message(),
             "inference/config.json: kv_source_layers: layer 0 has compress ratio 0; a kv source "
@@ -367,7 +367,7 @@ TEST(ConfigTest, AbsentFieldsTakeTheSpecDefaults) {
         "dspark_num_experts_per_tok", "engram_pad_token_id", "max_position_embeddings"}) {
     text.erase(key);
   }
-  Result<ModelConfig> config = ParseModelConfig(&text, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(text);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   // n = 10: 2 SWA layers, floor(9 / 2) = 4 ratio-2 layers, 4 ratio-1 layers.
   EXPECT_EQ(config->compress_ratios, (std::vector<int32_t>{0, 0, 2, 2, 2, 2, 1, 1, 1, 1}));
@@ -391,7 +391,7 @@ TEST(ConfigTest, AbsentRatiosOfFortyLayersAreTheReleasedPattern) {
     text.erase("kv_source_layer_ids");
     text.erase("index_source_layer_ids");
   });
-  Result<ModelConfig> config = ParseModelConfig(&hf, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(hf);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(*config, ReleasedConfig());
 }
@@ -423,7 +423,8 @@ TEST(ConfigTest, LoadWithoutAnyConfigIsNotFound) {
 TEST(ConfigTest, NonObjectConfigIsRejected) {
   const Json list = Json::array({1, 2});
   EXPECT_THAT(ParseError(list), HasSubstr("config.json: want a JSON object"));
-  EXPECT_FALSE(ParseModelConfig(nullptr, nullptr).ok());
+  EXPECT_THAT(ParseInferenceConfig(list).status().message(),
+              HasSubstr("inference/config.json: want a JSON object"));
 }
 
 // --- One case per validation rule of model.md §1.6 (plus the sizes the inventory needs). ---

@@ -98,7 +98,7 @@ TEST(CachePlanTest, ReleasedConfigJsonGivesSpecPages) {
   Result<Json> json =
       ReadJsonFile(std::string(DSV41_SOURCE_ROOT) + "/src/config/testdata/released_config.json");
   ASSERT_TRUE(json.ok()) << json.status().ToString();
-  Result<ModelConfig> config = ParseModelConfig(&*json, nullptr);
+  Result<ModelConfig> config = ParseModelConfig(*json);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   const CachePlan plan = Plan(*config, KvProfile::kSeed);
   EXPECT_THAT(PageBytes(plan), ElementsAre(131072, 131072, 131072, 147712));

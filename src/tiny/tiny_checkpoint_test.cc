@@ -90,7 +90,7 @@ TEST_P(TinyPresetTest, WritesACheckpointTheLoaderAccepts) {
   }
   Result<ModelConfig> from_inference = [&]() -> Result<ModelConfig> {
     DSV41_ASSIGN_OR_RETURN(Json j, ReadJsonFile(dir + "/inference/config.json"));
-    return ParseModelConfig(nullptr, &j);
+    return ParseInferenceConfig(j);
   }();
   ASSERT_TRUE(from_inference.ok()) << from_inference.status().ToString();
   EXPECT_EQ(from_inference->num_hidden_layers, summary->config.num_hidden_layers);
