@@ -20,18 +20,8 @@ EngramPrefetcher::EngramPrefetcher(std::vector<const EngramRowSource*> tables, i
     : tables_(std::move(tables)),
       num_cols_(num_cols),
       capacity_(static_cast<size_t>(std::max(max_tokens, 1)) * static_cast<size_t>(num_cols)),
-      prefetch_(prefetch),
-      layers_(tables_.size()) {
-  for (size_t i = 0; i < tables_.size(); ++i) {
-    Layer& layer = layers_[i];
-    const size_t row_dim = static_cast<size_t>(tables_[i]->row_dim());
-    layer.sorted.resize(capacity_);
-    layer.unique.resize(capacity_);
-    layer.index.resize(capacity_);
-    layer.values.resize(capacity_ * row_dim);
-    layer.scales.resize(capacity_ * row_dim / 32);
-    layer.ahead.resize(capacity_);
-  }
+      prefetch_(prefetch) {
+  for (const EngramRowSource* table : tables_) layers_.emplace_back(table->row_dim(), capacity_);
   stats_.wait_ms_per_layer.assign(tables_.size(), 0.0);
   if (prefetch_) worker_ = std::thread([this] { WorkerLoop(); });
 }
@@ -50,32 +40,6 @@ void EngramPrefetcher::WaitIdle(std::unique_lock<std::mutex>& lock) {
   done_cv_.wait(lock, [this] { return finished_ == submitted_; });
 }
 
-void EngramPrefetcher::Dedupe(std::span<const int64_t> rows, int64_t num_tokens, size_t slot,
-                              Layer& layer) {
-  const size_t num_tables = tables_.size();
-  const size_t cols = static_cast<size_t>(num_cols_);
-  const size_t n = static_cast<size_t>(num_tokens) * cols;
-  DSV41_CHECK(n <= capacity_, "Engram prefetch: %zu rows, capacity %zu", n, capacity_);
-  for (size_t t = 0; t < static_cast<size_t>(num_tokens); ++t) {
-    std::copy_n(rows.data() + (t * num_tables + slot) * cols, cols, layer.sorted.data() + t * cols);
-  }
-  std::sort(layer.sorted.begin(), layer.sorted.begin() + static_cast<std::ptrdiff_t>(n));
-  const auto end =
-      std::unique_copy(layer.sorted.begin(), layer.sorted.begin() + static_cast<std::ptrdiff_t>(n),
-                       layer.unique.begin());
-  layer.unique_count = static_cast<size_t>(end - layer.unique.begin());
-  for (size_t t = 0; t < static_cast<size_t>(num_tokens); ++t) {
-    for (size_t c = 0; c < cols; ++c) {
-      const int64_t row = rows[(t * num_tables + slot) * cols + c];
-      layer.index[t * cols + c] = static_cast<int32_t>(
-          std::lower_bound(layer.unique.begin(), end, row) - layer.unique.begin());
-    }
-  }
-  layer.num_slots = n;
-  stats_.rows_requested += n;
-  stats_.rows_deduplicated += n - layer.unique_count;
-}
-
 void EngramPrefetcher::StartStep(std::span<const int64_t> rows, int64_t num_tokens,
                                  std::span<const int64_t> ahead) {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -91,7 +55,9 @@ void EngramPrefetcher::StartStep(std::span<const int64_t> rows, int64_t num_toke
       std::min(ahead.size() / std::max<size_t>(1, num_tables * cols), capacity_ / cols);
   for (size_t slot = 0; slot < num_tables; ++slot) {
     Layer& layer = layers_[slot];
-    Dedupe(rows, num_tokens, slot, layer);
+    layer.rows.Dedupe(rows, num_tokens, slot, num_tables, cols);
+    stats_.rows_requested += layer.rows.num_slots();
+    stats_.rows_deduplicated += layer.rows.num_slots() - layer.rows.unique().size();
     layer.done = false;
     layer.status = OkStatus();
     layer.ahead_count = 0;
@@ -114,13 +80,8 @@ void EngramPrefetcher::StartStep(std::span<const int64_t> rows, int64_t num_toke
 }
 
 Status EngramPrefetcher::Fetch(size_t slot) {
-  Layer& layer = layers_[slot];
-  const size_t row_dim = static_cast<size_t>(tables_[slot]->row_dim());
   const auto t0 = std::chrono::steady_clock::now();
-  const Status status = tables_[slot]->FillRows(
-      std::span<const int64_t>(layer.unique.data(), layer.unique_count),
-      std::span<std::byte>(layer.values.data(), layer.unique_count * row_dim),
-      std::span<std::byte>(layer.scales.data(), layer.unique_count * row_dim / 32));
+  const Status status = layers_[slot].rows.Fill(*tables_[slot]);
   const double ms = MsSince(t0);
   std::lock_guard<std::mutex> lock(mutex_);
   size_t bucket = 0;
@@ -199,11 +160,7 @@ Result<EngramFetchedRows> EngramPrefetcher::WaitForLayer(int32_t engram_slot) {
   if (!status.ok()) {
     return status.WithPrefix(StrFormat("reading the Engram rows of slot %d", engram_slot));
   }
-  const size_t row_dim = static_cast<size_t>(tables_[slot]->row_dim());
-  return EngramFetchedRows{
-      .values = std::span<const std::byte>(layer.values.data(), layer.unique_count * row_dim),
-      .scales = std::span<const std::byte>(layer.scales.data(), layer.unique_count * row_dim / 32),
-      .index = std::span<const int32_t>(layer.index.data(), layer.num_slots)};
+  return layer.rows.fetched();
 }
 
 void EngramPrefetcher::FinishStep() {

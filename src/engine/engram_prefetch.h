@@ -25,6 +25,7 @@
 #include "base/status.h"
 #include "engine/engram_fetch_stats.h"
 #include "engram/engram_store.h"
+#include "engram/step_rows.h"
 #include "model/engram_fusion.h"
 
 namespace dsv41 {
@@ -60,21 +61,14 @@ class EngramPrefetcher final : public EngramStepRows {
 
  private:
   struct Layer {
-    // Persistent, fixed capacity: max_tokens × num_cols each.
-    std::vector<int64_t> sorted;    // scratch for the de-duplication
-    std::vector<int64_t> unique;    // the distinct rows, ascending (unique_count of them)
-    std::vector<int32_t> index;     // per (token, column): its row's position in unique
-    std::vector<std::byte> values;  // unique × row_dim
-    std::vector<std::byte> scales;  // unique × row_dim/32
-    std::vector<int64_t> ahead;     // look-ahead rows, distinct
-    size_t unique_count = 0;
+    Layer(int32_t row_dim, size_t capacity) : rows(row_dim, capacity), ahead(capacity) {}
+    EngramLayerRows rows;        // persistent, fixed capacity: max_tokens × num_cols slots
+    std::vector<int64_t> ahead;  // look-ahead rows, distinct (same capacity)
     size_t ahead_count = 0;
-    size_t num_slots = 0;  // token × column slots this step
     bool done = false;
     Status status;
   };
 
-  void Dedupe(std::span<const int64_t> rows, int64_t num_tokens, size_t slot, Layer& layer);
   Status Fetch(size_t slot);
   void WorkerLoop();
   void WaitIdle(std::unique_lock<std::mutex>& lock);
