@@ -109,6 +109,7 @@ TEST(DecodeAllocationTest, SteadyStateDecodeForwardsAllocateNothing) {
       ContiguousKvCache::Create(model.config(), model.plan(), 128, KvProfile::kSeed, 0, 1);
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   OwnedExecContext exec(2);
+  SyncEngramStepRows engram = model.MappedEngramRows();
 
   std::vector<int32_t> ids;
   for (int i = 0; i < 24; ++i) ids.push_back(5 + (i * 37) % 400);
@@ -133,7 +134,9 @@ TEST(DecodeAllocationTest, SteadyStateDecodeForwardsAllocateNothing) {
     logits.resize(static_cast<size_t>(model.vocab_size()));
     g_allocations = 0;
     g_counting = count;
-    const Status s = model.Forward(batch, cache->view(), logits, exec.ctx);
+    engram.StartStep(batch.engram_rows, batch.num_tokens());
+    const Status s =
+        model.Forward(batch, cache->view(), engram, ForwardOutputs{.logits = logits}, exec.ctx);
     g_counting = false;
     ASSERT_TRUE(s.ok()) << s.ToString();
     exec.arena.Reset();
@@ -167,6 +170,7 @@ TEST(DecodeAllocationTest, SteadyStateDsparkDecodeStepsAllocateNothing) {
   const std::vector<std::vector<uint32_t>> tables = ContiguousBlockTables(*plan, 1);
   KvCacheStorage storage(*plan, model.config(), static_cast<uint32_t>(plan->groups.size()));
   OwnedExecContext exec(2);
+  SyncEngramStepRows engram = model.MappedEngramRows();
 
   std::vector<int32_t> ids;
   for (int i = 0; i < 24; ++i) ids.push_back(5 + (i * 37) % 400);
@@ -194,7 +198,10 @@ TEST(DecodeAllocationTest, SteadyStateDsparkDecodeStepsAllocateNothing) {
     main_hidden.resize(static_cast<size_t>(n) * model.MainHiddenWidth());
     g_allocations = 0;
     g_counting = count;
-    Status s = model.Forward(batch, storage.view(), logits, exec.ctx, nullptr, main_hidden);
+    engram.StartStep(batch.engram_rows, batch.num_tokens());
+    Status s =
+        model.Forward(batch, storage.view(), engram,
+                      ForwardOutputs{.logits = logits, .main_hidden = main_hidden}, exec.ctx);
     if (s.ok()) s = dspark.SeedWindows(main_hidden, batch.requests, storage.view(), exec.ctx);
     int32_t best = 0;
     for (int32_t v = 1; v < model.vocab_size(); ++v) best = logits[v] > logits[best] ? v : best;

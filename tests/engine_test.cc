@@ -149,7 +149,10 @@ class EngineTest : public ::testing::Test {
       std::vector<float> logits(static_cast<size_t>(n) * vocab);
       StepArena arena;
       ExecContext ctx{*pool_, arena};
-      EXPECT_TRUE(model.Forward(batch, cache->view(), logits, ctx).ok());
+      SyncEngramStepRows engram = model.MappedEngramRows();
+      engram.StartStep(batch.engram_rows, batch.num_tokens());
+      EXPECT_TRUE(
+          model.Forward(batch, cache->view(), engram, ForwardOutputs{.logits = logits}, ctx).ok());
       if (start == 0) prompt_logits = logits;
       const float* last = logits.data() + static_cast<size_t>(n - 1) * vocab;
       const int32_t next = static_cast<int32_t>(std::max_element(last, last + vocab) - last);

@@ -128,6 +128,14 @@ class ForwardTest : public ::testing::Test {
     return serial->ctx;
   }
 
+  // One forward of `batch` with its Engram rows read from the checkpoint mapping.
+  static Status Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits,
+                        ExecContext& ctx) {
+    SyncEngramStepRows engram = model_->MappedEngramRows();
+    engram.StartStep(batch.engram_rows, batch.num_tokens());
+    return model_->Forward(batch, cache, engram, ForwardOutputs{.logits = logits}, ctx);
+  }
+
   static std::vector<float> RunChunked(const std::vector<int32_t>& ids, int32_t chunk,
                                        ExecContext& ctx = Serial()) {
     ContiguousKvCache cache = NewCache();
@@ -138,7 +146,7 @@ class ForwardTest : public ::testing::Test {
       Batch batch;
       AppendSlice(ids, start, n, cache.block_tables(), start, batch);
       std::vector<float> logits(static_cast<size_t>(n) * vocab);
-      const Status s = model_->Forward(batch, cache.view(), logits, ctx);
+      const Status s = Forward(batch, cache.view(), logits, ctx);
       EXPECT_TRUE(s.ok()) << s.ToString();
       all.insert(all.end(), logits.begin(), logits.end());
     }
@@ -217,7 +225,7 @@ TEST_F(ForwardTest, BatchOfTwoRequestsEqualsEachAlone) {
           AppendSlice(*ids, start, n, cache.block_tables(request_idx), start, batch);
         }
         std::vector<float> logits(batch.logit_rows.size() * vocab);
-        const Status s = model_->Forward(batch, cache.view(), logits, Serial());
+        const Status s = Forward(batch, cache.view(), logits, Serial());
         EXPECT_TRUE(s.ok()) << s.ToString();
         return logits;
       };
@@ -240,7 +248,7 @@ TEST_F(ForwardTest, LogitRowsSelectRows) {
   Batch batch;
   AppendSlice(ids, 0, 6, cache.block_tables(), 5, batch);
   std::vector<float> last(vocab);
-  ASSERT_TRUE(model_->Forward(batch, cache.view(), last, Serial()).ok());
+  ASSERT_TRUE(Forward(batch, cache.view(), last, Serial()).ok());
   EXPECT_TRUE(SameBits(last, std::vector<float>(all.end() - vocab, all.end())));
 }
 
@@ -249,7 +257,7 @@ TEST_F(ForwardTest, RefusesMalformedBatches) {
   std::vector<float> logits(model_->vocab_size());
   Batch batch;
   AppendSlice({5, 6}, 0, 2, cache.block_tables(), 1, batch);
-  auto forward = [&] { return model_->Forward(batch, cache.view(), logits, Serial()); };
+  auto forward = [&] { return Forward(batch, cache.view(), logits, Serial()); };
 
   // A block table that ends before the step's positions (no block id for positions 64..65).
   batch.requests[0].start_pos = 64;

@@ -51,8 +51,7 @@ class Session {
   }
 
   // Feeds `ids` as one chunk; returns the logits of every fed position [n, vocab].
-  std::vector<float> Feed(const std::vector<int32_t>& ids, ExecContext& ctx,
-                          ForwardTrace* trace = nullptr) {
+  std::vector<float> Feed(const std::vector<int32_t>& ids, ExecContext& ctx) {
     const int32_t n = static_cast<int32_t>(ids.size());
     const int32_t start = num_positions_;
     num_positions_ += n;
@@ -74,7 +73,10 @@ class Session {
                   batch);
     rows_.insert(rows_.end(), batch.engram_rows.begin(), batch.engram_rows.end());
     std::vector<float> logits(static_cast<size_t>(n) * model_.vocab_size());
-    const Status s = model_.Forward(batch, cache_.view(), logits, ctx, trace);
+    SyncEngramStepRows engram = model_.MappedEngramRows();
+    engram.StartStep(batch.engram_rows, batch.num_tokens());
+    const Status s =
+        model_.Forward(batch, cache_.view(), engram, ForwardOutputs{.logits = logits}, ctx);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return logits;
   }
@@ -146,7 +148,10 @@ TEST_P(GoldenLogitsTest, PrefillLogitsAndGreedyContinuationMatch) {
     OwnedExecContext exec(2, numerics);
     Session session(m, map, *constants);
     ForwardTrace trace;
-    const std::vector<float> got = session.Feed(prompt, exec.ctx, &trace);
+    const std::vector<float> got = [&] {
+      ScopedForwardObserver watch(exec.ctx, trace);
+      return session.Feed(prompt, exec.ctx);
+    }();
     // The first layer whose intermediate differs at a stable position names the module to look
     // at (README); printed only.
     for (const char* name : {"attn_in", "attn_out", "ffn_in", "ffn_out"}) {

@@ -1,18 +1,21 @@
 #pragma once
 
 // The execution context passed down the forward (DESIGN.md "One execution context"): the compute
-// thread pool and the per-step scratch arena. One per engine, made where the engine is; modules
-// take it by reference instead of a nullable pool, and draw their temporaries from the arena
-// instead of allocating per call.
+// thread pool, the per-step scratch arena, the numerics mode, the work counters and the observer
+// of the forward's intermediates. One per engine, made where the engine is; modules take it by
+// reference instead of a nullable pool, stats or debug pointer, and draw their temporaries from
+// the arena instead of allocating per call.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <type_traits>
 #include <vector>
 
+#include "base/forward_observer.h"
 #include "base/thread_pool.h"
 
 namespace dsv41 {
@@ -106,7 +109,26 @@ struct ExecContext {
   ThreadPool& pool;
   StepArena& arena;
   Numerics numerics = Numerics::kFast;
-  ExecStats* stats = nullptr;  // counted into when set
+  ExecStats stats = {};  // what the forwards run on this context read and computed, cumulative
+  // What tests and tools watch of the forwards; the no-op observer unless one is installed
+  // (ScopedForwardObserver).
+  std::reference_wrapper<ForwardObserver> observer = ForwardObserver::None();
+};
+
+// Installs `observer` on `ctx` for the scope's lifetime, then puts the previous one back.
+class ScopedForwardObserver {
+ public:
+  ScopedForwardObserver(ExecContext& ctx, ForwardObserver& observer)
+      : ctx_(ctx), previous_(ctx.observer) {
+    ctx.observer = observer;
+  }
+  ~ScopedForwardObserver() { ctx_.observer = previous_; }
+  ScopedForwardObserver(const ScopedForwardObserver&) = delete;
+  ScopedForwardObserver& operator=(const ScopedForwardObserver&) = delete;
+
+ private:
+  ExecContext& ctx_;
+  std::reference_wrapper<ForwardObserver> previous_;
 };
 
 // A pool and an arena of their own, for tests and one-off callers.

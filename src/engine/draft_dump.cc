@@ -72,10 +72,13 @@ Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32
   // each forward as the engine does; the largest forward is the prompt's.
   const std::unique_ptr<EngramPrefetcher> engram =
       model.engram.num_layers() > 0
-          ? MakeEngramPrefetcher(model.engram_storage.get(), model.engram.num_cols(),
+          ? MakeEngramPrefetcher(*model.engram_storage, model.engram.num_cols(),
                                  std::max<int32_t>(1, static_cast<int32_t>(prompt.size())),
                                  engram_prefetch)
           : nullptr;
+  SyncEngramStepRows no_engram({}, 0);  // the rows of no Engram layer
+  EngramStepRows& engram_rows =
+      engram != nullptr ? static_cast<EngramStepRows&>(*engram) : no_engram;
   // Feeds positions [start, size) of `ids`, seeds the draft windows of every fed position and
   // returns the greedy token after the last.
   auto feed = [&](int32_t start) -> Result<int32_t> {
@@ -95,7 +98,8 @@ Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32
     std::vector<float> main_hidden(static_cast<size_t>(n) * width);
     if (engram != nullptr) engram->StartStep(batch.engram_rows, n);
     const Status forward =
-        text.Forward(batch, storage.view(), logits, ctx, nullptr, main_hidden, engram.get());
+        text.Forward(batch, storage.view(), engram_rows,
+                     ForwardOutputs{.logits = logits, .main_hidden = main_hidden}, ctx);
     if (engram != nullptr) engram->FinishStep();
     DSV41_RETURN_IF_ERROR(forward);
     DSV41_RETURN_IF_ERROR(dspark.SeedWindows(main_hidden, batch.requests, storage.view(), ctx));

@@ -187,13 +187,12 @@ EngramFetchStats EngramPrefetcher::stats() const {
   return s;
 }
 
-std::unique_ptr<EngramPrefetcher> MakeEngramPrefetcher(const EngramStorage* storage,
+std::unique_ptr<EngramPrefetcher> MakeEngramPrefetcher(const EngramStorage& storage,
                                                        int32_t num_cols, int32_t max_tokens,
                                                        bool prefetch) {
-  if (storage == nullptr || storage->num_tables() == 0) return nullptr;
   std::vector<const EngramRowSource*> tables;
-  for (int32_t slot = 0; slot < storage->num_tables(); ++slot)
-    tables.push_back(&storage->table(slot));
+  for (int32_t slot = 0; slot < storage.num_tables(); ++slot)
+    tables.push_back(&storage.table(slot));
   return std::make_unique<EngramPrefetcher>(std::move(tables), num_cols, max_tokens, prefetch);
 }
 

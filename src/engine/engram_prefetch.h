@@ -91,8 +91,8 @@ class EngramPrefetcher final : public EngramStepRows {
 };
 
 // The prefetcher over every table of `storage` (in Engram slot order), for steps of up to
-// `max_tokens` tokens; null when there is no storage or it has no tables.
-std::unique_ptr<EngramPrefetcher> MakeEngramPrefetcher(const EngramStorage* storage,
+// `max_tokens` tokens.
+std::unique_ptr<EngramPrefetcher> MakeEngramPrefetcher(const EngramStorage& storage,
                                                        int32_t num_cols, int32_t max_tokens,
                                                        bool prefetch);
 

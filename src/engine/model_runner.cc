@@ -45,12 +45,13 @@ ModelRunner::ModelRunner(const LoadedTextModel& model, const CachePlan& plan, ui
       // huge token budget does not reserve address space it will never need.
       arena_(std::min<size_t>(model.model->StepScratchBytes(options.max_num_batched_tokens),
                               size_t{1} << 30)),
-      ctx_{pool, arena_, options.numerics, &exec_stats_},
+      ctx_{pool, arena_, options.numerics},
       storage_(std::make_unique<KvCacheStorage>(plan, model.config(), num_blocks)),
-      main_hidden_width_(model.model->MainHiddenWidth()) {
+      main_hidden_width_(model.model->MainHiddenWidth()),
+      no_engram_({}, 0) {
   if (model.engram.num_layers() > 0) {
     engram_prefetch_ =
-        MakeEngramPrefetcher(model.engram_storage.get(), model.engram.num_cols(),
+        MakeEngramPrefetcher(*model.engram_storage, model.engram.num_cols(),
                              options.max_num_batched_tokens, options.engram_prefetch);
   }
 }
@@ -88,8 +89,11 @@ Status ModelRunner::Run(const SchedulerOutput& scheduled) {
     BuildEngramLookAhead(scheduled);
     engram_prefetch_->StartStep(batch_.engram_rows, batch_.num_tokens(), engram_ahead_);
   }
-  const Status forward = model_.model->Forward(batch_, storage_->view(), logits_, ctx_, nullptr,
-                                               main_hidden_, engram_prefetch_.get());
+  EngramStepRows& engram_rows =
+      engram_prefetch_ != nullptr ? static_cast<EngramStepRows&>(*engram_prefetch_) : no_engram_;
+  const Status forward =
+      model_.model->Forward(batch_, storage_->view(), engram_rows,
+                            ForwardOutputs{.logits = logits_, .main_hidden = main_hidden_}, ctx_);
   // None of this step's reads is in flight any more.
   if (engram_prefetch_ != nullptr) engram_prefetch_->FinishStep();
   return forward;

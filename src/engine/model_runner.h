@@ -19,6 +19,7 @@
 #include "engine/loaded_model.h"
 #include "engine/scheduler.h"
 #include "engram/row_ids.h"
+#include "engram/step_rows.h"
 #include "kv/cache_plan.h"
 #include "kv/kv_layout.h"
 #include "model/batch.h"
@@ -78,7 +79,7 @@ class ModelRunner {
   const KvCacheView& cache() const { return storage_->view(); }
   // For the draft network's runs between forwards (same pool, arena and numerics).
   ExecContext& exec_context() { return ctx_; }
-  const ExecStats& exec_stats() const { return exec_stats_; }
+  const ExecStats& exec_stats() const { return ctx_.stats; }
   // The prefetcher's counters (zero without Engram layers) into `out`, reusing its buffers.
   void ReadEngramFetchStats(EngramFetchStats& out) const;
 
@@ -89,7 +90,6 @@ class ModelRunner {
   const LoadedTextModel& model_;
   ModelRunnerOptions options_;
   StepArena arena_;  // the forward's scratch, reset every step
-  ExecStats exec_stats_;
   ExecContext ctx_;
   std::unique_ptr<KvCacheStorage> storage_;
   int64_t main_hidden_width_ = 0;
@@ -98,6 +98,7 @@ class ModelRunner {
   std::vector<float> logits_;
   std::vector<float> main_hidden_;
   std::unique_ptr<EngramPrefetcher> engram_prefetch_;  // null without Engram layers
+  SyncEngramStepRows no_engram_;                       // no tables: the rows of no Engram layer
   std::vector<int64_t> engram_ahead_;                  // look-ahead rows
 };
 

@@ -324,13 +324,10 @@ double TileCost(const LinearJob& job) {
 }  // namespace
 
 void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx) {
-  if (ctx.stats != nullptr) {
-    for (const LinearJob& job : jobs) {
-      ctx.stats->weight_bytes += job.w->weight.size() + job.w->scale.size();
-      ctx.stats->weight_macs += static_cast<uint64_t>(job.w->out) *
-                                static_cast<uint64_t>(job.w->in) *
-                                static_cast<uint64_t>(job.x.rows);
-    }
+  for (const LinearJob& job : jobs) {
+    ctx.stats.weight_bytes += job.w->weight.size() + job.w->scale.size();
+    ctx.stats.weight_macs += static_cast<uint64_t>(job.w->out) * static_cast<uint64_t>(job.w->in) *
+                             static_cast<uint64_t>(job.x.rows);
   }
   ThreadPool& pool = ctx.pool;
   double total = 0.0;

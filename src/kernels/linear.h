@@ -125,7 +125,7 @@ struct LinearJob {
 // into one contiguous range per thread of equal estimated cost (in × (rows + 8) per tile: the
 // weight stream plus the products). Each output is computed whole by one thread, so the split
 // never changes a bit. Jobs must write disjoint outputs.
-// Counts the jobs' weight bytes and multiply-adds into ctx.stats when set.
+// Counts the jobs' weight bytes and multiply-adds into ctx.stats.
 void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx);
 
 // ---- One call ---------------------------------------------------------------------------------

@@ -5,6 +5,10 @@
 // kernels follow Highway's dispatch, which the cap narrows; the hand-written bf16 dot-product
 // kernel (AVX-512) runs only without a cap. For tests (every model test once per target) and for
 // comparisons; results are bit-identical across targets where the order is defined.
+//
+// Process-wide rather than in ExecContext: Highway's dispatch, which the cap narrows, is itself
+// process-wide (hwy::DisableTargets), and the kernel choice it feeds (CpuHasBf16Dot) is also made
+// without a context (SelectGemmKernel at load, the kernel tests).
 
 #include <cstdint>
 #include <string>

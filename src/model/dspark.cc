@@ -191,7 +191,7 @@ Status DsparkModel::Draft(std::span<const DraftRequest> requests, const KvCacheV
                              AttentionMode::kDraftBlock);
     SublayerOutput(sub_out, mix_attn, rows, dims_, x, pre);
     SublayerInput(x, pre, rows, stage.hc.hc_ffn, stage.hc.ffn_norm, dims_, mix_ffn, sub_in, ctx);
-    stage.moe->Forward(sub_in, rows, sub_out, nullptr, ctx);
+    stage.moe->Forward(sub_in, rows, sub_out, ctx);
     SublayerOutput(sub_out, mix_ffn, rows, dims_, x, pi);
   }
 

@@ -36,7 +36,8 @@ class EngramFusion {
   // the tensor.
   static Result<EngramFusion> Load(const ModelWeights& weights, int32_t layer);
 
-  // The table of this layer read straight from the checkpoint mapping (used by Forward).
+  // The table of this layer read straight from the checkpoint mapping (used by Forward here and
+  // by TextModel::MappedEngramRows).
   const EngramRowSource& resident_rows() const { return *resident_rows_; }
 
   int32_t num_cols() const { return num_cols_; }  // rows per token (n_hash_cols)

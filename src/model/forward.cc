@@ -67,9 +67,9 @@ Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights) 
 size_t TextModel::StepScratchBytes(int32_t max_tokens) const {
   const ModelConfig& c = config_;
   const size_t hc = static_cast<size_t>(dims_.hc_mult);
-  // Held across layers: streams, pre-mixes, mixes, sublayer in/out, qr, Engram rows.
+  // Held across layers: streams, pre-mixes, mixes, sublayer in/out, qr.
   const size_t across = hc * c.hidden_size * 4 + 2 * sizeof(MhcMix) + 2 * c.hidden_size * 4 +
-                        hc * 4 + c.q_lora_rank * 4 + 8 * c.n_hash_cols();
+                        hc * 4 + c.q_lora_rank * 4;
   // The widest module: attention (q, o, kv, cos/sin, wo_a groups) or the MoE (logits, routing,
   // accumulator, gathered rows, expert hidden).
   const size_t attention = (2 * c.num_attention_heads * c.head_dim + 2 * c.head_dim +
@@ -175,10 +175,17 @@ Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache, size_
   return Status();
 }
 
-Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
-                          ExecContext& ctx, ForwardTrace* trace, std::span<float> main_hidden_out,
-                          EngramStepRows* engram_rows) const {
-  DSV41_RETURN_IF_ERROR(CheckBatch(batch, cache, logits_out.size(), main_hidden_out.size()));
+SyncEngramStepRows TextModel::MappedEngramRows() const {
+  std::vector<const EngramRowSource*> tables(config_.engram_layer_ids.size());
+  for (const Layer& layer : layers_) {
+    if (layer.engram) tables[*layer.role.engram_slot] = &layer.engram->resident_rows();
+  }
+  return SyncEngramStepRows(std::move(tables), config_.n_hash_cols());
+}
+
+Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, EngramStepRows& engram_rows,
+                          ForwardOutputs out, ExecContext& ctx) const {
+  DSV41_RETURN_IF_ERROR(CheckBatch(batch, cache, out.logits.size(), out.main_hidden.size()));
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
   const int64_t num_tokens = batch.num_tokens();
@@ -190,13 +197,12 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
   // The residual streams [T, hc, dim], bf16 values.
   std::span<float> x = arena.Alloc<float>(num_tokens * stream);
   DSV41_RETURN_IF_ERROR(EmbedTokens(head_, batch.token_ids, dims_.hc_mult, x));
-  if (ctx.stats != nullptr) {  // one embedding row per token, the Engram rows of every token
-    ctx.stats->weight_bytes +=
-        static_cast<uint64_t>(num_tokens) *
-        (static_cast<uint64_t>(config_.hidden_size) * 2 +
-         batch.engram_rows.size() / std::max<size_t>(1, num_tokens) *
-             static_cast<uint64_t>(config_.engram_head_dim + config_.engram_head_dim / 32));
-  }
+  // One embedding row per token, the Engram rows of every token.
+  ctx.stats.weight_bytes +=
+      static_cast<uint64_t>(num_tokens) *
+      (static_cast<uint64_t>(config_.hidden_size) * 2 +
+       batch.engram_rows.size() / std::max<size_t>(1, num_tokens) *
+           static_cast<uint64_t>(config_.engram_head_dim + config_.engram_head_dim / 32));
   std::span<float> pi = arena.Alloc<float>(num_tokens * hc);  // the incoming pre-mix [T, hc]
   {
     const MhcMix initial = InitialPreMix(dims_.hc_mult);
@@ -214,26 +220,16 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
       IndexerForwardState::Create(num_requests, layers_.size(), arena);
   std::span<float> qr = arena.Alloc<float>(num_tokens * config_.q_lora_rank);
   std::span<CompressedSelection> selections = arena.Alloc<CompressedSelection>(num_requests);
-  const size_t num_cols = static_cast<size_t>(config_.n_hash_cols());
-  const size_t num_engram = config_.engram_layer_ids.size();
-  std::span<int64_t> layer_rows = arena.Alloc<int64_t>(num_tokens * num_cols);
 
   for (const Layer& layer : layers_) {
     const LayerRole& role = layer.role;
-    if (layer.engram && engram_rows != nullptr) {  // rows fetched ahead (serving.md §8.4)
+    if (layer.engram) {  // §3: Engram fuses into the streams before the block (serving.md §8.4)
       DSV41_ASSIGN_OR_RETURN(EngramFetchedRows fetched,
-                             engram_rows->WaitForLayer(*role.engram_slot));
+                             engram_rows.WaitForLayer(*role.engram_slot));
       layer.engram->ForwardFetched(fetched, num_tokens, x, {}, ctx);
-    } else if (layer.engram) {  // §3: Engram fuses into the streams before the block.
-      for (int64_t t = 0; t < num_tokens; ++t) {
-        const int64_t* src =
-            batch.engram_rows.data() + (t * num_engram + *role.engram_slot) * num_cols;
-        std::copy_n(src, num_cols, layer_rows.begin() + t * num_cols);
-      }
-      DSV41_RETURN_IF_ERROR(layer.engram->Forward(layer_rows, num_tokens, x, {}, ctx));
     }
     if (role.dspark_target_index && !batch.main_hidden_rows.empty()) {
-      RecordMainHidden(x, batch.main_hidden_rows, *role.dspark_target_index, main_hidden_out,
+      RecordMainHidden(x, batch.main_hidden_rows, *role.dspark_target_index, out.main_hidden,
                        dims_.hc_mult, config_.hidden_size);
     }
     // §4.4: attention sublayer, collapsed with the incoming pre-mix.
@@ -250,19 +246,13 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
     layer.attention->Forward(sub_in, qr, batch.requests, cache,
                              role.ratio > 0 ? selections : std::span<CompressedSelection>(),
                              sub_out, ctx);
-    if (trace) {
-      trace->attn_in.insert(trace->attn_in.end(), sub_in.begin(), sub_in.end());
-      trace->attn_out.insert(trace->attn_out.end(), sub_out.begin(), sub_out.end());
-    }
+    ctx.observer.get().OnAttentionSublayer(role.layer, sub_in, sub_out);
     SublayerOutput(sub_out, mix_attn, num_tokens, dims_, x, pre);
     // FFN sublayer, collapsed with the attention's pre-mix.
     SublayerInput(x, pre, num_tokens, layer.hc.hc_ffn, layer.hc.ffn_norm, dims_, mix_ffn, sub_in,
                   ctx);
-    layer.moe->Forward(sub_in, num_tokens, sub_out, nullptr, ctx);
-    if (trace) {
-      trace->ffn_in.insert(trace->ffn_in.end(), sub_in.begin(), sub_in.end());
-      trace->ffn_out.insert(trace->ffn_out.end(), sub_out.begin(), sub_out.end());
-    }
+    layer.moe->Forward(sub_in, num_tokens, sub_out, ctx);
+    ctx.observer.get().OnFfnSublayer(role.layer, sub_in, sub_out);
     SublayerOutput(sub_out, mix_ffn, num_tokens, dims_, x, pi);
   }
 
@@ -278,7 +268,7 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, std::spa
   }
   std::span<float> hidden = arena.Alloc<float>(num_logit_rows * dim);
   FinalHidden(head_, dims_, rows_x, rows_pi, num_logit_rows, hidden);
-  HeadLogits(head_, hidden, num_logit_rows, logits_out, ctx);
+  HeadLogits(head_, hidden, num_logit_rows, out.logits, ctx);
   return Status();
 }
 

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "base/exec_context.h"
+#include "base/forward_observer.h"
 #include "base/status.h"
+#include "engram/step_rows.h"
 #include "kv/kv_layout.h"
 #include "model/attention.h"
 #include "model/batch.h"
@@ -29,13 +31,31 @@ namespace dsv41 {
 
 class ModelWeights;
 
-// Per-layer intermediates of one Forward, for golden comparisons and debugging (the goldens'
-// arrays of the same names), each [layers, T, hidden_size] in batch row order.
-struct ForwardTrace {
+// Per-layer intermediates of the forwards it observes (ScopedForwardObserver), for golden
+// comparisons and debugging (the goldens' arrays of the same names), each [layers, T,
+// hidden_size] in batch row order, appended forward after forward.
+struct ForwardTrace final : ForwardObserver {
   std::vector<float> attn_in;   // RMSNorm(attn_norm, hc_pre(X, pi_in))
   std::vector<float> attn_out;  // the attention output
   std::vector<float> ffn_in;    // RMSNorm(ffn_norm, hc_pre(X, preA))
   std::vector<float> ffn_out;   // the MoE output
+
+  void OnAttentionSublayer(int32_t /*layer*/, std::span<const float> in,
+                           std::span<const float> out) override {
+    attn_in.insert(attn_in.end(), in.begin(), in.end());
+    attn_out.insert(attn_out.end(), out.begin(), out.end());
+  }
+  void OnFfnSublayer(int32_t /*layer*/, std::span<const float> in,
+                     std::span<const float> out) override {
+    ffn_in.insert(ffn_in.end(), in.begin(), in.end());
+    ffn_out.insert(ffn_out.end(), out.begin(), out.end());
+  }
+};
+
+// Where Forward writes its results.
+struct ForwardOutputs {
+  std::span<float> logits = {};       // [batch.logit_rows.size(), vocab] fp32
+  std::span<float> main_hidden = {};  // [batch.main_hidden_rows.size(), MainHiddenWidth()]
 };
 
 // The backbone, the final norm and the head of a loaded model. Immutable after Load (views into
@@ -56,25 +76,28 @@ class TextModel {
 
   // Runs `batch`: request i writes the rows of its new positions into `cache` through its block
   // tables and reads its earlier ones (the caller guarantees they hold positions 0 ..
-  // start_pos − 1 of that request). logits_out receives [logit_rows.size(), vocab] fp32.
+  // start_pos − 1 of that request). out.logits receives [logit_rows.size(), vocab] fp32.
   // InvalidArgument (naming the request, group or row) for a malformed batch, before any cache
   // row changes: rows not covering the tokens, a block table missing a block the step touches, a
   // cache laid out for another model, a token id outside the vocabulary, bad Engram rows.
   // Temporaries come from ctx.arena (given back before returning); work is split over ctx.pool,
   // whose thread count never changes a bit; weight products accumulate as ctx.numerics says.
-  // main_hidden_out receives [main_hidden_rows.size(), MainHiddenWidth()]: for each of
+  // out.main_hidden receives [main_hidden_rows.size(), MainHiddenWidth()]: for each of
   // batch.main_hidden_rows, bf16(fp32(Σ_k X[k]) / hc_mult) of the streams entering each DSpark
   // target layer (after its Engram fusion), in dspark_target_layer_ids order (model.md §11.2).
   //
-  // engram_rows: where the step's Engram rows were fetched ahead (engine/engram_prefetch.h); each
-  // Engram layer waits for its own rows right before its fusion, and a storage error ends the
-  // forward with that error (the cache rows of earlier layers are then written; the caller
-  // fails the step's requests). Null: each Engram layer reads batch.engram_rows from the
-  // checkpoint mapping. The logits are the same bits either way.
-  Status Forward(const Batch& batch, const KvCacheView& cache, std::span<float> logits_out,
-                 ExecContext& ctx, ForwardTrace* trace = nullptr,
-                 std::span<float> main_hidden_out = {},
-                 EngramStepRows* engram_rows = nullptr) const;
+  // engram_rows: the step's Engram rows (batch.engram_rows), fetched ahead by the engine's
+  // prefetcher (engine/engram_prefetch.h) or read when asked (SyncEngramStepRows, e.g.
+  // MappedEngramRows); each Engram layer waits for its own rows right before its fusion, and a
+  // storage error ends the forward with that error (the cache rows of earlier layers are then
+  // written; the caller fails the step's requests). The logits are the same bits from any tier.
+  Status Forward(const Batch& batch, const KvCacheView& cache, EngramStepRows& engram_rows,
+                 ForwardOutputs out, ExecContext& ctx) const;
+
+  // The Engram tables read straight from the checkpoint mapping, in Engram slot order, as a
+  // synchronous EngramStepRows (StartStep it with each batch's engram_rows). Views into the
+  // ModelWeights; no tables without Engram layers.
+  SyncEngramStepRows MappedEngramRows() const;
 
   // Floats of one row of main_hidden: len(dspark_target_layer_ids) × hidden_size.
   int64_t MainHiddenWidth() const;

@@ -128,8 +128,7 @@ Result<std::unique_ptr<Indexer>> Indexer::Create(const ModelWeights& weights,
 
 void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
                       std::span<const BatchRequest> requests, const KvCacheView& cache,
-                      std::span<IndexerForwardState> states, ExecContext& ctx,
-                      IndexerDebug* debug) const {
+                      std::span<IndexerForwardState> states, ExecContext& ctx) const {
   StepArena& arena = ctx.arena;
   // What the layer publishes lives on after this call (to the end of the forward's scope): drawn
   // before this call's own scope opens.
@@ -164,7 +163,8 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
   DSV41_CHECK(layout.index_head_dim == head_dim && source.ratio == ratio,
               "layer %d: index keys of %d dims, ratio %d", role_.layer, layout.index_head_dim,
               source.ratio);
-  DSV41_CHECK(debug == nullptr || requests.size() == 1, "indexer debug needs one request");
+  ForwardObserver& observer = ctx.observer;
+  const bool observed = observer.WantsIndexerScores();
 
   // Step 1: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head; step 2: w = bf16(bf16(weights_proj
   // · x) · c). Both over every row of the step.
@@ -260,7 +260,8 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
     // Step 6: top-k among the visible entries, ascending, −1 padded.
     IndexerForwardState::TopK& out = state.topk[role_.layer];
     std::fill(out.entries.begin(), out.entries.end(), -1);
-    if (debug != nullptr) debug->tie.assign(t_req, 0);
+    const std::span<uint8_t> tie =
+        observed ? arena.AllocZeroed<uint8_t>(static_cast<size_t>(t_req)) : std::span<uint8_t>();
     std::span<int32_t> order = arena.Alloc<int32_t>(static_cast<size_t>(n));
     for (int64_t t = 0; t < t_req; ++t) {
       const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
@@ -268,7 +269,7 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
       const std::span<int32_t> picks = out.entries.subspan(t * topk, topk);
       const int32_t num_picks = TopKAscendingSimd(row, topk, order, picks);
       const std::span<const int32_t> picked = picks.first(static_cast<size_t>(num_picks));
-      if (debug != nullptr && topk < visible) {
+      if (observed && topk < visible) {
         // The k-th highest score among the picks and the best one left out.
         float kth = kInf;
         for (int32_t e : picked) kth = std::min(kth, row[e]);
@@ -281,10 +282,10 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
           }
           next = std::max(next, row[e]);
         }
-        debug->tie[t] = kth == next ? 1 : 0;
+        tie[t] = kth == next ? 1 : 0;
       }
     }
-    if (debug != nullptr) debug->scores.assign(scores.begin(), scores.end());
+    if (observed) observer.OnIndexerScores(role_.layer, i, scores, tie);
   }
 }
 

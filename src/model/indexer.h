@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/exec_context.h"
+#include "base/forward_observer.h"
 #include "base/status.h"
 #include "config/config.h"
 #include "config/layer_plan.h"
@@ -75,14 +76,22 @@ struct IndexerForwardState {
   CompressedSelection SelectionFor(const LayerRole& role) const;
 };
 
-// Optional outputs of Indexer::Forward, for tests and debugging (the goldens' arrays).
-struct IndexerDebug {
+// What Indexer::Forward computed for tests and debugging (the goldens' arrays), recorded as an
+// observer (ScopedForwardObserver): the last indexer call's last request.
+struct IndexerDebug final : ForwardObserver {
   // [num_tokens, N] bf16 scores as the top-k saw them: −inf where invisible, and for a candidate
   // filter also outside the candidate mask (the goldens' indexer_scores_L<l>).
   std::vector<float> scores;
   // [num_tokens]: 1 where the top-k boundary was an exact tie (k < V and the k-th and (k+1)-th
   // highest scores are equal).
   std::vector<uint8_t> tie;
+
+  bool WantsIndexerScores() const override { return true; }
+  void OnIndexerScores(int32_t /*layer*/, size_t /*request_idx*/, std::span<const float> s,
+                       std::span<const uint8_t> t) override {
+    scores.assign(s.begin(), s.end());
+    tie.assign(t.begin(), t.end());
+  }
 };
 
 // The indexer of one index-source layer (roles Full and Reindex). Immutable after Create (views
@@ -106,12 +115,11 @@ class Indexer {
   // (the Compressor ran first), read through its block tables, and publishes states[i].topk[layer]
   // (per_token = index_topk); a candidate source also publishes states[i].candidates[layer]; a
   // candidate filter reads the mask of config.candidate_source_layer_id (must be present,
-  // checked). The query products run once over all T rows. `debug` (may be null) needs a
-  // one-request step.
+  // checked). The query products run once over all T rows. When ctx.observer wants them, each
+  // request's scores and tie flags go to OnIndexerScores.
   void Forward(std::span<const float> x, std::span<const float> qr,
                std::span<const BatchRequest> requests, const KvCacheView& cache,
-               std::span<IndexerForwardState> states, ExecContext& ctx,
-               IndexerDebug* debug = nullptr) const;
+               std::span<IndexerForwardState> states, ExecContext& ctx) const;
 
  private:
   Indexer(const ModelConfig& config, const LayerRole& role);

@@ -266,7 +266,10 @@ TEST_P(IndexerGoldenTest, ScoresTopKTiesAndCandidatesMatch) {
     ASSERT_TRUE(ix.ok()) << ix.status().ToString();
     const std::vector<float> qr = QueryLatent(*d.weights, l, d.LayerInput(l), ctx);
     IndexerDebug debug;
-    (*ix)->Forward(d.LayerInput(l), qr, request, cache.view(), states, ctx, &debug);
+    {
+      ScopedForwardObserver watch(ctx, debug);
+      (*ix)->Forward(d.LayerInput(l), qr, request, cache.view(), states, ctx);
+    }
 
     const std::string suffix = "_L" + std::to_string(l) + ".npy";
     const NpyArray scores_npy = ReadGolden(d.dir + "/indexer_scores" + suffix);

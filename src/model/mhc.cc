@@ -200,7 +200,7 @@ void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeigh
   if (rows == 0) return;
   CheckMixShapes(width, weights, dims);
   ArenaScope scope(ctx.arena);
-  if (ctx.stats != nullptr) ctx.stats->weight_bytes += weights.fn.size();
+  ctx.stats.weight_bytes += weights.fn.size();
   std::span<float> dots = ctx.arena.Alloc<float>(rows * mix_rows);
   const auto dot_items = [&](int64_t begin, int64_t end, int) {
     for (int64_t item = begin; item < end; ++item) {

@@ -144,7 +144,7 @@ Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix) {
 }
 
 void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
-                  MoeRouting* routing, ExecContext& ctx, std::span<const uint8_t> in_image) const {
+                  ExecContext& ctx, std::span<const uint8_t> in_image) const {
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
   const int64_t hidden = hidden_size_;
@@ -291,11 +291,7 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
     }
   });
 
-  if (routing != nullptr) {
-    routing->top_k = k;
-    routing->experts.assign(chosen.begin(), chosen.end());
-    routing->weights.assign(chosen_weights.begin(), chosen_weights.end());
-  }
+  ctx.observer.get().OnMoeRouting(prefix_, k, chosen, chosen_weights);
 }
 
 }  // namespace dsv41

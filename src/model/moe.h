@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/exec_context.h"
+#include "base/forward_observer.h"
 #include "base/status.h"
 #include "config/config.h"
 #include "kernels/activation.h"  // SwigluActivation
@@ -37,11 +38,19 @@ void RouteToken(std::span<const float> logits, std::span<const float> bias,
                 const RouterOptions& options, std::span<int32_t> experts, std::span<float> weights,
                 std::span<float> scratch = {});
 
-// The experts each token was routed to, for tests and DSpark.
-struct MoeRouting {
+// The experts each token was routed to, for tests, recorded as an observer
+// (ScopedForwardObserver): the last MoE call's.
+struct MoeRouting final : ForwardObserver {
   int32_t top_k = 0;
   std::vector<int32_t> experts;  // [T, top_k], selection order (descending biased score)
   std::vector<float> weights;    // [T, top_k], the routing weights of `experts`
+
+  void OnMoeRouting(std::string_view /*module*/, int32_t k, std::span<const int32_t> e,
+                    std::span<const float> w) override {
+    top_k = k;
+    experts.assign(e.begin(), e.end());
+    weights.assign(w.begin(), w.end());
+  }
 };
 
 // The MoE FFN of one backbone layer ("layers.N") or DSpark stage ("mtp.K"), model.md §8: router
@@ -61,10 +70,11 @@ class Moe {
 
   // y = MoE(x) for `num_tokens` rows. x: [T, hidden] holding bf16 values (the ffn_norm output);
   // y: [T, hidden] bf16 values. `in_image` is empty (text) or [T], nonzero where the token lies
-  // inside an image span (the router then selects with bias_vl). `routing` may be null. Results
-  // do not depend on the pool's thread count nor on which tokens share the call.
-  void Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
-               MoeRouting* routing, ExecContext& ctx, std::span<const uint8_t> in_image = {}) const;
+  // inside an image span (the router then selects with bias_vl). The routing goes to
+  // ctx.observer (OnMoeRouting). Results do not depend on the pool's thread count nor on which
+  // tokens share the call.
+  void Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y, ExecContext& ctx,
+               std::span<const uint8_t> in_image = {}) const;
 
   int32_t num_experts() const { return static_cast<int32_t>(experts_.size()); }
   int32_t top_k() const { return router_.top_k; }

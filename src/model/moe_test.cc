@@ -154,7 +154,10 @@ TEST(MoeTest, DsparkStageUsesItsOwnExpertCountAndTopK) {
   std::vector<float> y(x.size());
   MoeRouting routing;
   OwnedExecContext serial(1);
-  stage->Forward(x, rows, y, &routing, serial.ctx);
+  {
+    ScopedForwardObserver watch(serial.ctx, routing);
+    stage->Forward(x, rows, y, serial.ctx);
+  }
   ASSERT_EQ(routing.experts.size(), 6u);
   for (int32_t e : routing.experts) {
     EXPECT_GE(e, 0);
@@ -181,9 +184,9 @@ TEST(MoeTest, OneAndTwoThreadsGiveEqualBits) {
   std::vector<float> alone(x.size());
   std::vector<float> pooled(x.size());
   OwnedExecContext serial(1);
-  moe->Forward(x, rows, alone, nullptr, serial.ctx);
+  moe->Forward(x, rows, alone, serial.ctx);
   OwnedExecContext two(2);
-  moe->Forward(x, rows, pooled, nullptr, two.ctx);
+  moe->Forward(x, rows, pooled, two.ctx);
   EXPECT_EQ(alone, pooled);
 }
 
@@ -201,7 +204,10 @@ TEST(MoeTest, ImageTokensSelectWithBiasVl) {
   const std::vector<uint8_t> in_image = {0, 1};
   MoeRouting routing;
   OwnedExecContext serial(1);
-  moe->Forward(both, rows, y, &routing, serial.ctx, in_image);
+  {
+    ScopedForwardObserver watch(serial.ctx, routing);
+    moe->Forward(both, rows, y, serial.ctx, in_image);
+  }
   // Recompute the image token's choice by hand from the gate and bias_vl.
   Result<TensorView> gate = weights->Get("layers.0.ffn.gate.weight");
   Result<TensorView> bias_vl = weights->Get("layers.0.ffn.gate.bias_vl");
@@ -287,7 +293,10 @@ TEST_P(MoeGoldenTest, MatchesFfnOutAtStablePositions) {
     std::span<const float> x(ffn_in.data() + offset, static_cast<size_t>(num_tokens * hidden));
     std::vector<float> y(x.size());
     MoeRouting routing;
-    moe->Forward(x, num_tokens, y, &routing, exec.ctx);
+    {
+      ScopedForwardObserver watch(exec.ctx, routing);
+      moe->Forward(x, num_tokens, y, exec.ctx);
+    }
     for (int64_t t = 0; t < num_tokens; ++t) {
       // Every position is measured; only stable ones (README: stability_gemm32 <= 1e-4) must match.
       const bool stable = stability[static_cast<size_t>(t)] <= 1e-4f;
