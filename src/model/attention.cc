@@ -212,6 +212,130 @@ void Attention::QueryLatent(std::span<const float> x, int32_t num_tokens, std::s
   RmsNormRows(qr, num_tokens, q_norm_, static_cast<float>(config_.rms_norm_eps), qr);
 }
 
+int32_t Attention::DecodeWindowKeys(const BatchRequest& r, const KvCacheView& cache, bool block,
+                                    std::span<const float> kv, RequestKeys& keys,
+                                    StepArena& arena) const {
+  const int64_t head_dim = config_.head_dim;
+  const int32_t window = config_.sliding_window;
+  const KvCacheLayout& layout = *cache.layout;
+  const KvRowPlace& swa = WindowPlace(layout);
+  keys.window_begin = std::max(0, r.start_pos - window + (block ? 0 : 1));
+  const int32_t end = r.start_pos + r.num_tokens;
+  const int32_t stored_end = block ? r.start_pos : end;
+  keys.window_rows = arena.Alloc<float>(static_cast<size_t>(end - keys.window_begin) * head_dim);
+  const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
+  for (int32_t p = keys.window_begin; p < stored_end; ++p) {
+    DecodeSwaRow(
+        layout.profile, cache.RowAt(swa, table, p),
+        keys.window_rows.subspan(static_cast<size_t>(p - keys.window_begin) * head_dim, head_dim));
+  }
+  if (block) {
+    std::copy_n(
+        kv.begin() + static_cast<size_t>(r.first_row) * head_dim,
+        static_cast<size_t>(r.num_tokens) * head_dim,
+        keys.window_rows.begin() + static_cast<size_t>(stored_end - keys.window_begin) * head_dim);
+  }
+  return block ? end - keys.window_begin : std::min(window, end);
+}
+
+int32_t Attention::DecodeSelectedEntries(const BatchRequest& r,
+                                         const CompressedSelection& selection,
+                                         const KvSourcePlaces& source, const KvCacheView& cache,
+                                         RequestKeys& keys, StepArena& arena) const {
+  const int64_t head_dim = config_.head_dim;
+  const KvCacheLayout& layout = *cache.layout;
+  DSV41_CHECK(selection.per_token >= 0 && static_cast<int64_t>(selection.entries.size()) ==
+                                              int64_t{r.num_tokens} * selection.per_token,
+              "selection of %zu ids, %d per token", selection.entries.size(), selection.per_token);
+  const int32_t end = r.start_pos + r.num_tokens;
+  const int32_t num_entries = end / source.ratio;
+  keys.entry_index = arena.Alloc<int32_t>(num_entries);
+  std::fill(keys.entry_index.begin(), keys.entry_index.end(), -1);
+  keys.entries = arena.Alloc<float>(
+      static_cast<size_t>(std::min<int64_t>(num_entries, selection.entries.size())) * head_dim);
+  const std::span<const uint32_t> kv_table = r.block_tables[source.kv.group_idx];
+  int32_t num_selected = 0;
+  for (int32_t e : selection.entries) {
+    if (e < 0 || keys.entry_index[e] >= 0) continue;
+    DSV41_CHECK(e < num_entries, "entry %d of %d", e, num_entries);
+    keys.entry_index[e] = num_selected++;
+    DecodeKvRow(layout.profile, cache.RowAt(source.kv, kv_table, e),
+                keys.entries.subspan(static_cast<size_t>(num_selected - 1) * head_dim, head_dim));
+  }
+  return std::min(config_.sliding_window, end) + selection.per_token;
+}
+
+void Attention::AttendAll(std::span<const float> q, std::span<const BatchRequest> requests,
+                          std::span<const int32_t> request_of, std::span<const RequestKeys> keys_of,
+                          std::span<const CompressedSelection> selections, bool block,
+                          int32_t max_keys, std::span<float> o, ExecContext& ctx) const {
+  const int64_t t_count = static_cast<int64_t>(request_of.size());
+  const int64_t num_heads = config_.num_attention_heads;
+  const int64_t head_dim = config_.head_dim;
+  const int32_t window = config_.sliding_window;
+  const bool has_entries = role_.ratio > 0;
+  // One key-pointer list per thread, drawn before the parallel region.
+  std::span<const float*> key_lists =
+      ctx.arena.Alloc<const float*>(static_cast<size_t>(ctx.pool.num_threads()) * max_keys);
+  auto attend = [&](int64_t begin, int64_t end, int thread_idx) {
+    const float** keys = key_lists.data() + static_cast<size_t>(thread_idx) * max_keys;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / num_heads;
+      const int64_t h = item % num_heads;
+      const int32_t i = request_of[t];
+      const BatchRequest& r = requests[i];
+      const RequestKeys& k = keys_of[i];
+      const int32_t pos = r.start_pos + static_cast<int32_t>(t - r.first_row);
+      const int32_t first = block ? k.window_begin : std::max(0, pos - window + 1);
+      const int32_t last = block ? r.start_pos + r.num_tokens - 1 : pos;
+      int32_t num_keys = 0;
+      for (int32_t p = first; p <= last; ++p) {
+        keys[num_keys++] =
+            k.window_rows.data() + static_cast<size_t>(p - k.window_begin) * head_dim;
+      }
+      if (has_entries) {
+        const CompressedSelection& sel = selections[i];
+        for (int32_t slot = 0; slot < sel.per_token; ++slot) {
+          const int32_t entry = sel.entries[(t - r.first_row) * sel.per_token + slot];
+          if (entry < 0) continue;
+          keys[num_keys++] =
+              k.entries.data() + static_cast<size_t>(k.entry_index[entry]) * head_dim;
+        }
+      }
+      SinkAttention(q.subspan(item * head_dim, head_dim),
+                    std::span<const float* const>(keys, num_keys), attn_sink_[h], attn_scale_,
+                    o.subspan(item * head_dim, head_dim));
+    }
+  };
+  ctx.pool.ParallelFor(t_count * num_heads, 1, attend);
+}
+
+void Attention::OutputProjection(std::span<float> o, std::span<const float> cos,
+                                 std::span<const float> sin, int64_t t_count, std::span<float> out,
+                                 ExecContext& ctx) const {
+  StepArena& arena = ctx.arena;
+  RopeRotateRowsSimd(o, t_count, config_.num_attention_heads, cos, sin, /*inverse=*/true);
+  const int64_t group_in = config_.group_in();
+  const int64_t o_rank = config_.o_lora_rank;
+  const int64_t num_groups = config_.o_groups;
+  std::span<float> group_x = arena.Alloc<float>(t_count * group_in);
+  std::span<float> group_z = arena.Alloc<float>(t_count * o_rank);
+  std::span<float> z = arena.Alloc<float>(t_count * num_groups * o_rank);
+  for (int64_t g = 0; g < num_groups; ++g) {
+    for (int64_t t = 0; t < t_count; ++t) {
+      std::copy_n(o.begin() + (t * num_groups + g) * group_in, group_in,
+                  group_x.begin() + t * group_in);
+    }
+    Linear(wo_a_groups_[g], group_x, t_count, group_z, LinearOptions{.bf16_inputs = true}, ctx);
+    for (int64_t t = 0; t < t_count; ++t) {
+      for (int64_t r = 0; r < o_rank; ++r) {
+        z[(t * num_groups + g) * o_rank + r] = Bf16Round(group_z[t * o_rank + r]);
+      }
+    }
+  }
+  LinearBf16(wo_b_, z, t_count, out, ctx);
+}
+
 void Attention::Forward(std::span<const float> x, std::span<const float> qr,
                         std::span<const BatchRequest> requests, const KvCacheView& cache,
                         std::span<const CompressedSelection> selections, std::span<float> out,
@@ -224,7 +348,6 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
   const int64_t head_dim = config_.head_dim;
   const int64_t half = config_.qk_rope_head_dim / 2;
   const KvCacheLayout& layout = *cache.layout;
-  const KvRowPlace& swa = WindowPlace(layout);
   const bool block = mode == AttentionMode::kDraftBlock;
   DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden &&
                   static_cast<int64_t>(out.size()) == t_count * hidden &&
@@ -262,120 +385,23 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
   std::span<float> kv = arena.Alloc<float>(t_count * head_dim);
   WindowKv(x, requests, cos, sin, cache, /*store=*/!block, kv, ctx);
 
-  // The keys each request's tokens may attend, decoded once: its window rows from
-  // max(0, start − W + 1) on (a block: max(0, start − W) .. start − 1, then the block's own rows),
-  // and the union of its tokens' selected entries.
-  const int32_t window = config_.sliding_window;
-  struct RequestKeys {
-    int32_t window_begin = 0;
-    std::span<float> window_rows;    // [positions window_begin .., head_dim]
-    std::span<int32_t> entry_index;  // entry id → row of `entries`, −1 when not selected
-    std::span<float> entries;        // [selected entries, head_dim]
-  };
+  // The keys each request's tokens may attend, decoded once: its window rows and the union of
+  // its tokens' selected entries.
   std::span<RequestKeys> keys_of = arena.Alloc<RequestKeys>(requests.size());
   int32_t max_keys = 0;  // the longest key list of any token
   for (size_t i = 0; i < requests.size(); ++i) {
-    const BatchRequest& r = requests[i];
-    RequestKeys& k = keys_of[i];
-    k = RequestKeys{};
-    k.window_begin = std::max(0, r.start_pos - window + (block ? 0 : 1));
-    const int32_t end = r.start_pos + r.num_tokens;
-    const int32_t stored_end = block ? r.start_pos : end;
-    k.window_rows = arena.Alloc<float>(static_cast<size_t>(end - k.window_begin) * head_dim);
-    max_keys = std::max(max_keys, block ? end - k.window_begin : std::min(window, end));
-    const std::span<const uint32_t> table = r.block_tables[swa.group_idx];
-    for (int32_t p = k.window_begin; p < stored_end; ++p) {
-      DecodeSwaRow(
-          layout.profile, cache.RowAt(swa, table, p),
-          k.window_rows.subspan(static_cast<size_t>(p - k.window_begin) * head_dim, head_dim));
-    }
-    if (block) {
-      std::copy_n(
-          kv.begin() + static_cast<size_t>(r.first_row) * head_dim,
-          static_cast<size_t>(r.num_tokens) * head_dim,
-          k.window_rows.begin() + static_cast<size_t>(stored_end - k.window_begin) * head_dim);
-    }
+    keys_of[i] = RequestKeys{};
+    max_keys =
+        std::max(max_keys, DecodeWindowKeys(requests[i], cache, block, kv, keys_of[i], arena));
     if (source == nullptr) continue;
-    const CompressedSelection& sel = selections[i];
-    DSV41_CHECK(sel.per_token >= 0 && static_cast<int64_t>(sel.entries.size()) ==
-                                          int64_t{r.num_tokens} * sel.per_token,
-                "selection of %zu ids, %d per token", sel.entries.size(), sel.per_token);
-    const int32_t num_entries = end / source->ratio;
-    max_keys = std::max(max_keys, std::min(window, end) + sel.per_token);
-    k.entry_index = arena.Alloc<int32_t>(num_entries);
-    std::fill(k.entry_index.begin(), k.entry_index.end(), -1);
-    k.entries = arena.Alloc<float>(
-        static_cast<size_t>(std::min<int64_t>(num_entries, sel.entries.size())) * head_dim);
-    const std::span<const uint32_t> kv_table = r.block_tables[source->kv.group_idx];
-    int32_t num_selected = 0;
-    for (int32_t e : sel.entries) {
-      if (e < 0 || k.entry_index[e] >= 0) continue;
-      DSV41_CHECK(e < num_entries, "entry %d of %d", e, num_entries);
-      k.entry_index[e] = num_selected++;
-      DecodeKvRow(layout.profile, cache.RowAt(source->kv, kv_table, e),
-                  k.entries.subspan(static_cast<size_t>(num_selected - 1) * head_dim, head_dim));
-    }
+    max_keys = std::max(max_keys, DecodeSelectedEntries(requests[i], selections[i], *source, cache,
+                                                        keys_of[i], arena));
   }
 
-  // §7.6: each (token, head) attends the window rows max(0, p − W + 1) .. p in position order,
-  // then its selected compressed entries in the given (ascending) order.
+  // §7.6 sparse attention with the per-head sink, then §7.7 the output projection.
   std::span<float> o = arena.Alloc<float>(t_count * num_heads * head_dim);
-  // One key-pointer list per thread, drawn before the parallel region.
-  std::span<const float*> key_lists =
-      arena.Alloc<const float*>(static_cast<size_t>(ctx.pool.num_threads()) * max_keys);
-  auto attend = [&](int64_t begin, int64_t end, int thread_idx) {
-    const float** keys = key_lists.data() + static_cast<size_t>(thread_idx) * max_keys;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / num_heads;
-      const int64_t h = item % num_heads;
-      const int32_t i = request_of[t];
-      const BatchRequest& r = requests[i];
-      const RequestKeys& k = keys_of[i];
-      const int32_t pos = r.start_pos + static_cast<int32_t>(t - r.first_row);
-      const int32_t first = block ? k.window_begin : std::max(0, pos - window + 1);
-      const int32_t last = block ? r.start_pos + r.num_tokens - 1 : pos;
-      int32_t num_keys = 0;
-      for (int32_t p = first; p <= last; ++p) {
-        keys[num_keys++] =
-            k.window_rows.data() + static_cast<size_t>(p - k.window_begin) * head_dim;
-      }
-      if (source != nullptr) {
-        const CompressedSelection& sel = selections[i];
-        for (int32_t slot = 0; slot < sel.per_token; ++slot) {
-          const int32_t entry = sel.entries[(t - r.first_row) * sel.per_token + slot];
-          if (entry < 0) continue;
-          keys[num_keys++] =
-              k.entries.data() + static_cast<size_t>(k.entry_index[entry]) * head_dim;
-        }
-      }
-      SinkAttention(q.subspan(item * head_dim, head_dim),
-                    std::span<const float* const>(keys, num_keys), attn_sink_[h], attn_scale_,
-                    o.subspan(item * head_dim, head_dim));
-    }
-  };
-  ctx.pool.ParallelFor(t_count * num_heads, 1, attend);
-
-  // §7.7: inverse RoPE of every head's output, then the grouped wo_a product and wo_b.
-  RopeRotateRowsSimd(o, t_count, num_heads, cos, sin, /*inverse=*/true);
-  const int64_t group_in = config_.group_in();
-  const int64_t o_rank = config_.o_lora_rank;
-  const int64_t num_groups = config_.o_groups;
-  std::span<float> group_x = arena.Alloc<float>(t_count * group_in);
-  std::span<float> group_z = arena.Alloc<float>(t_count * o_rank);
-  std::span<float> z = arena.Alloc<float>(t_count * num_groups * o_rank);
-  for (int64_t g = 0; g < num_groups; ++g) {
-    for (int64_t t = 0; t < t_count; ++t) {
-      std::copy_n(o.begin() + (t * num_groups + g) * group_in, group_in,
-                  group_x.begin() + t * group_in);
-    }
-    Linear(wo_a_groups_[g], group_x, t_count, group_z, LinearOptions{.bf16_inputs = true}, ctx);
-    for (int64_t t = 0; t < t_count; ++t) {
-      for (int64_t r = 0; r < o_rank; ++r) {
-        z[(t * num_groups + g) * o_rank + r] = Bf16Round(group_z[t * o_rank + r]);
-      }
-    }
-  }
-  LinearBf16(wo_b_, z, t_count, out, ctx);
+  AttendAll(q, requests, request_of, keys_of, selections, block, max_keys, o, ctx);
+  OutputProjection(o, cos, sin, t_count, out, ctx);
 }
 
 }  // namespace dsv41

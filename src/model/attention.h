@@ -112,6 +112,33 @@ class Attention {
                 std::span<const float> cos, std::span<const float> sin, const KvCacheView& cache,
                 bool store, std::span<float> kv, ExecContext& ctx) const;
 
+  // The keys the tokens of one request may attend, decoded once for all of them.
+  struct RequestKeys {
+    int32_t window_begin = 0;
+    std::span<float> window_rows;    // [positions window_begin .., head_dim]
+    std::span<int32_t> entry_index;  // entry id → row of `entries`, −1 when not selected
+    std::span<float> entries;        // [selected entries, head_dim]
+  };
+  // Decodes request r's window rows from max(0, start − W + 1) on into `keys` (a block: the
+  // stored rows max(0, start − W) .. start − 1, then its own rows from `kv`); returns the longest
+  // window key list of its tokens.
+  int32_t DecodeWindowKeys(const BatchRequest& r, const KvCacheView& cache, bool block,
+                           std::span<const float> kv, RequestKeys& keys, StepArena& arena) const;
+  // Decodes the union of request r's selected entries of `source` into `keys`; returns the
+  // longest key list (window and entries) of its tokens.
+  int32_t DecodeSelectedEntries(const BatchRequest& r, const CompressedSelection& selection,
+                                const KvSourcePlaces& source, const KvCacheView& cache,
+                                RequestKeys& keys, StepArena& arena) const;
+  // o [T, num_heads, head_dim]: each (token, head) attends its window rows in position order,
+  // then its selected entries in the given order (§7.6). max_keys bounds every key list.
+  void AttendAll(std::span<const float> q, std::span<const BatchRequest> requests,
+                 std::span<const int32_t> request_of, std::span<const RequestKeys> keys_of,
+                 std::span<const CompressedSelection> selections, bool block, int32_t max_keys,
+                 std::span<float> o, ExecContext& ctx) const;
+  // out = wo_b · bf16(wo_a_g · inverse_rope(o)) per group g (§7.7); rotates o in place.
+  void OutputProjection(std::span<float> o, std::span<const float> cos, std::span<const float> sin,
+                        int64_t t_count, std::span<float> out, ExecContext& ctx) const;
+
   ModelConfig config_;
   LayerRole role_;
   std::string prefix_;
