@@ -43,6 +43,41 @@ Result<std::unique_ptr<Compressor>> Compressor::Create(const ModelWeights& weigh
   return comp;
 }
 
+void Compressor::PublishEntries(std::span<float> latents, std::span<const Completed> completed,
+                                std::span<const BatchRequest> requests, const KvCacheView& cache,
+                                ExecContext& ctx) const {
+  const int64_t num_completed = static_cast<int64_t>(completed.size());
+  const int64_t head_dim = config_.head_dim;
+  const int64_t index_dim = config_.index_head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const KvCacheLayout& layout = *cache.layout;
+  const KvSourcePlaces& places = *layout.sources[layer_];
+  // §7.4 publish: 1. index key from the un-rotated latent (bf16 weights, no activation
+  // quantisation, §12.4); 2. the rotated latent, fq4_b16_e4m3. Entry j is rotated at position
+  // j·ratio, the first token of its group (§6.3).
+  std::span<float> k = ctx.arena.Alloc<float>(num_completed * index_dim);
+  LinearProduct(wk_, latents, num_completed, k, ctx);
+  const size_t half = rope_.inv_freq().size();
+  std::span<float> cos = ctx.arena.Alloc<float>(half);
+  std::span<float> sin = ctx.arena.Alloc<float>(half);
+  for (int64_t c = 0; c < num_completed; ++c) {
+    const auto [request_idx, entry] = completed[c];
+    const std::span<const std::vector<uint32_t>> tables = requests[request_idx].block_tables;
+    rope_.Angles(entry * ratio_, cos, sin);
+    std::span<float> key = k.subspan(c * index_dim, index_dim);
+    for (float& v : key) v = Bf16Round(v);
+    RmsNorm(key, k_norm_, eps, key);
+    RopeRotateRowsSimd(key, 1, 1, cos, sin, /*inverse=*/false);
+    FakeQuantFq4B32Pow2(key);
+    const std::span<const uint32_t> table = tables[places.kv.group_idx];
+    EncodeIndexRow(key, cache.RowAt(places.index, table, entry), places.index.row_bytes);
+    std::span<float> latent = latents.subspan(c * head_dim, head_dim);
+    RopeRotateRowsSimd(latent, 1, 1, cos, sin, /*inverse=*/false);
+    FakeQuantFq4B16E4m3(latent);
+    EncodeKvRow(layout.profile, latent, cache.RowAt(places.kv, table, entry));
+  }
+}
+
 void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest> requests,
                          const KvCacheView& cache, ExecContext& ctx) const {
   ArenaScope scope(ctx.arena);
@@ -50,7 +85,6 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
   const int64_t hidden = config_.hidden_size;
   const int64_t t_count = static_cast<int64_t>(x.size()) / hidden;
   const int64_t head_dim = config_.head_dim;
-  const int64_t index_dim = config_.index_head_dim;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const KvCacheLayout& layout = *cache.layout;
   const KvSourcePlaces& places = *layout.sources[layer_];
@@ -73,10 +107,6 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
   for (const BatchRequest& r : requests) {
     max_completed += (r.start_pos + r.num_tokens) / ratio_ - r.start_pos / ratio_;
   }
-  struct Completed {
-    int32_t request_idx;
-    int32_t entry;
-  };
   std::span<float> latents = arena.Alloc<float>(max_completed * head_dim);
   std::span<Completed> completed = arena.Alloc<Completed>(max_completed);
   int64_t num_completed = 0;
@@ -123,30 +153,7 @@ void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest>
   if (num_completed == 0) return;
   RmsNormRows(latents, num_completed, norm_, eps, latents);
 
-  // §7.4 publish: 1. index key from the un-rotated latent (bf16 weights, no activation
-  // quantisation, §12.4); 2. the rotated latent, fq4_b16_e4m3. Entry j is rotated at position
-  // j·ratio, the first token of its group (§6.3).
-  std::span<float> k = arena.Alloc<float>(num_completed * index_dim);
-  LinearProduct(wk_, latents, num_completed, k, ctx);
-  const size_t half = rope_.inv_freq().size();
-  std::span<float> cos = arena.Alloc<float>(half);
-  std::span<float> sin = arena.Alloc<float>(half);
-  for (int64_t c = 0; c < num_completed; ++c) {
-    const auto [request_idx, entry] = completed[c];
-    const std::span<const std::vector<uint32_t>> tables = requests[request_idx].block_tables;
-    rope_.Angles(entry * ratio_, cos, sin);
-    std::span<float> key = k.subspan(c * index_dim, index_dim);
-    for (float& v : key) v = Bf16Round(v);
-    RmsNorm(key, k_norm_, eps, key);
-    RopeRotateRowsSimd(key, 1, 1, cos, sin, /*inverse=*/false);
-    FakeQuantFq4B32Pow2(key);
-    const std::span<const uint32_t> table = tables[places.kv.group_idx];
-    EncodeIndexRow(key, cache.RowAt(places.index, table, entry), places.index.row_bytes);
-    std::span<float> latent = latents.subspan(c * head_dim, head_dim);
-    RopeRotateRowsSimd(latent, 1, 1, cos, sin, /*inverse=*/false);
-    FakeQuantFq4B16E4m3(latent);
-    EncodeKvRow(layout.profile, latent, cache.RowAt(places.kv, table, entry));
-  }
+  PublishEntries(latents, completed.first(num_completed), requests, cache, ctx);
 }
 
 }  // namespace dsv41

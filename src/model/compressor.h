@@ -50,6 +50,17 @@ class Compressor {
  private:
   Compressor(const ModelConfig& config, const LayerRole& role);
 
+  // Where a completed entry goes: its request and entry id.
+  struct Completed {
+    int32_t request_idx;
+    int32_t entry;
+  };
+  // §7.4: writes completed entry c's index key (from the un-rotated latent) and its rotated,
+  // fq4_b16_e4m3 latent; latents [completed.size(), head_dim], normalised, are rotated in place.
+  void PublishEntries(std::span<float> latents, std::span<const Completed> completed,
+                      std::span<const BatchRequest> requests, const KvCacheView& cache,
+                      ExecContext& ctx) const;
+
   ModelConfig config_;
   int32_t layer_;
 
