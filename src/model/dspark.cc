@@ -133,6 +133,46 @@ Status DsparkModel::SeedWindows(std::span<const float> main_hidden,
   return Status();
 }
 
+void DsparkModel::MarkovTokens(std::span<const DraftRequest> requests, std::span<const float> z,
+                               std::span<float> logits, DraftResult& out, ExecContext& ctx) const {
+  const int64_t num_requests = static_cast<int64_t>(requests.size());
+  const int64_t block = config_.dspark_block_size;
+  const int64_t rows = num_requests * block;
+  const int64_t vocab = config_.vocab_size;
+  const int64_t dim = config_.hidden_size;
+  const int64_t rank = config_.dspark_markov_rank;
+  StepArena& arena = ctx.arena;
+  // Step 4: the Markov head, sequential over the block (o[0] = t1), every request at once;
+  // step 5's confidence inputs [z_i ; e_i] are gathered on the way.
+  std::span<float> e = arena.Alloc<float>(num_requests * rank);
+  std::span<float> bias = arena.Alloc<float>(num_requests * vocab);
+  std::span<float> conf_in = arena.Alloc<float>(rows * (dim + rank));
+  std::span<int32_t> prev = arena.Alloc<int32_t>(num_requests);
+  for (int64_t r = 0; r < num_requests; ++r) prev[r] = requests[r].token;
+  for (int64_t i = 0; i < block; ++i) {
+    for (int64_t r = 0; r < num_requests; ++r) {
+      const std::byte* row = markov_embed_.data() + static_cast<size_t>(prev[r]) * rank * 2;
+      for (int64_t d = 0; d < rank; ++d) {
+        uint16_t bits;
+        std::memcpy(&bits, row + 2 * d, 2);
+        e[r * rank + d] = F32FromBf16(bits);
+      }
+      const int64_t t = r * block + i;
+      std::copy_n(z.begin() + t * dim, dim, conf_in.begin() + t * (dim + rank));
+      std::copy_n(e.begin() + r * rank, rank, conf_in.begin() + t * (dim + rank) + dim);
+    }
+    Linear(markov_head_, e, num_requests, bias, LinearOptionsFor(markov_head_), ctx);
+    for (int64_t r = 0; r < num_requests; ++r) {
+      const std::span<float> u = logits.subspan((r * block + i) * vocab, vocab);
+      for (int64_t v = 0; v < vocab; ++v) u[v] = u[v] + bias[r * vocab + v];
+      prev[r] = Argmax(u);
+      out.tokens[r * block + i] = prev[r];
+    }
+  }
+  // Step 5: c_i = proj · [z_i ; e_i] (fp32, raw).
+  Linear(confidence_, conf_in, rows, out.confidence, LinearOptionsFor(confidence_), ctx);
+}
+
 Status DsparkModel::Draft(std::span<const DraftRequest> requests, const KvCacheView& cache,
                           bool want_logits, DraftResult& out, ExecContext& ctx) const {
   const int64_t num_requests = static_cast<int64_t>(requests.size());
@@ -140,7 +180,6 @@ Status DsparkModel::Draft(std::span<const DraftRequest> requests, const KvCacheV
   const int64_t rows = num_requests * block;
   const int64_t vocab = config_.vocab_size;
   const int64_t dim = config_.hidden_size;
-  const int64_t rank = config_.dspark_markov_rank;
   const size_t hc = static_cast<size_t>(dims_.hc_mult);
   const size_t stream = hc * dim;
   const int32_t window = config_.sliding_window;
@@ -204,35 +243,7 @@ Status DsparkModel::Draft(std::span<const DraftRequest> requests, const KvCacheV
       want_logits ? std::span<float>(out.logits) : arena.Alloc<float>(rows * vocab);
   HeadLogits(head_, hidden, rows, logits, ctx);
 
-  // Step 4: the Markov head, sequential over the block (o[0] = t1), every request at once;
-  // step 5's confidence inputs [z_i ; e_i] are gathered on the way.
-  std::span<float> e = arena.Alloc<float>(num_requests * rank);
-  std::span<float> bias = arena.Alloc<float>(num_requests * vocab);
-  std::span<float> conf_in = arena.Alloc<float>(rows * (dim + rank));
-  std::span<int32_t> prev = arena.Alloc<int32_t>(num_requests);
-  for (int64_t r = 0; r < num_requests; ++r) prev[r] = requests[r].token;
-  for (int64_t i = 0; i < block; ++i) {
-    for (int64_t r = 0; r < num_requests; ++r) {
-      const std::byte* row = markov_embed_.data() + static_cast<size_t>(prev[r]) * rank * 2;
-      for (int64_t d = 0; d < rank; ++d) {
-        uint16_t bits;
-        std::memcpy(&bits, row + 2 * d, 2);
-        e[r * rank + d] = F32FromBf16(bits);
-      }
-      const int64_t t = r * block + i;
-      std::copy_n(z.begin() + t * dim, dim, conf_in.begin() + t * (dim + rank));
-      std::copy_n(e.begin() + r * rank, rank, conf_in.begin() + t * (dim + rank) + dim);
-    }
-    Linear(markov_head_, e, num_requests, bias, LinearOptionsFor(markov_head_), ctx);
-    for (int64_t r = 0; r < num_requests; ++r) {
-      const std::span<float> u = logits.subspan((r * block + i) * vocab, vocab);
-      for (int64_t v = 0; v < vocab; ++v) u[v] = u[v] + bias[r * vocab + v];
-      prev[r] = Argmax(u);
-      out.tokens[r * block + i] = prev[r];
-    }
-  }
-  // Step 5: c_i = proj · [z_i ; e_i] (fp32, raw).
-  Linear(confidence_, conf_in, rows, out.confidence, LinearOptionsFor(confidence_), ctx);
+  MarkovTokens(requests, z, logits, out, ctx);
   return Status();
 }
 

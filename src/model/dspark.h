@@ -89,6 +89,11 @@ class DsparkModel {
   // [first_pos, last_pos] (nothing to check when first_pos > last_pos).
   Status CheckWindowBlocks(const KvCacheView& cache, std::span<const std::vector<uint32_t>> tables,
                            int64_t first_pos, int64_t last_pos) const;
+  // model.md §11.4 steps 4–5: the Markov head over each request's block, sequential from its
+  // token (adding its bias to `logits` [rows, vocab] in place), then every row's confidence from
+  // [z ; e]; fills out.tokens and out.confidence.
+  void MarkovTokens(std::span<const DraftRequest> requests, std::span<const float> z,
+                    std::span<float> logits, DraftResult& out, ExecContext& ctx) const;
 
   ModelConfig config_;
   MhcDims dims_;
