@@ -126,51 +126,157 @@ Result<std::unique_ptr<Indexer>> Indexer::Create(const ModelWeights& weights,
   return ix;
 }
 
-void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
-                      std::span<const BatchRequest> requests, const KvCacheView& cache,
-                      std::span<IndexerForwardState> states, ExecContext& ctx) const {
-  StepArena& arena = ctx.arena;
-  // What the layer publishes lives on after this call (to the end of the forward's scope): drawn
-  // before this call's own scope opens.
+namespace {
+
+// Draws what the layer publishes for each request (its top-k lists and, for a candidate source,
+// its mask) from the arena outside the caller's scope: it lives to the end of the forward.
+void DrawPublishedState(const ModelConfig& config, const LayerRole& role,
+                        std::span<const BatchRequest> requests,
+                        std::span<IndexerForwardState> states, StepArena& arena) {
   DSV41_CHECK(states.size() == requests.size(), "%zu states for %zu requests", states.size(),
               requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const BatchRequest& r = requests[i];
-    DSV41_CHECK(static_cast<size_t>(role_.layer) < states[i].topk.size(),
+    DSV41_CHECK(static_cast<size_t>(role.layer) < states[i].topk.size(),
                 "indexer state of %zu layers", states[i].topk.size());
-    IndexerForwardState::TopK& out = states[i].topk[role_.layer];
-    out.per_token = config_.index_topk;
-    out.entries = arena.Alloc<int32_t>(static_cast<size_t>(r.num_tokens) * config_.index_topk);
-    if (role_.candidate_mode == CandidateMode::kProduce) {
-      IndexerForwardState::Candidates& cand = states[i].candidates[role_.layer];
-      cand.num_entries = (r.start_pos + r.num_tokens) / role_.ratio;
+    IndexerForwardState::TopK& out = states[i].topk[role.layer];
+    out.per_token = config.index_topk;
+    out.entries = arena.Alloc<int32_t>(static_cast<size_t>(r.num_tokens) * config.index_topk);
+    if (role.candidate_mode == CandidateMode::kProduce) {
+      IndexerForwardState::Candidates& cand = states[i].candidates[role.layer];
+      cand.num_entries = (r.start_pos + r.num_tokens) / role.ratio;
       cand.mask = arena.AllocZeroed<uint8_t>(static_cast<size_t>(r.num_tokens) * cand.num_entries);
     }
   }
-  ArenaScope scope(ctx.arena);
+}
+
+// The index keys of a request's first `n` entries of its kv source, decoded into `keys`
+// ([n, head_dim]).
+void GatherIndexKeys(const KvCacheView& cache, const KvSourcePlaces& source, const BatchRequest& r,
+                     int32_t n, int64_t head_dim, std::span<float> keys) {
+  const std::span<const uint32_t> table = r.block_tables[source.kv.group_idx];
+  for (int32_t e = 0; e < n; ++e) {
+    DecodeIndexRow(cache.RowAt(source.index, table, e),
+                   keys.subspan(static_cast<size_t>(e) * head_dim, head_dim));
+  }
+}
+
+// One request's view of the step's indexer queries: its rows of qi and w and its entry count.
+struct RequestQueries {
+  const float* qi;  // [num_tokens, num_heads * head_dim]
+  const float* w;   // [num_tokens, num_heads]
+  int64_t num_heads;
+  int64_t head_dim;
+  int32_t start_pos;
+  int32_t ratio;
+  int32_t num_entries;  // n: the entries visible to the request's last token
+};
+
+// Steps 3–4: scores[t, n] over the visible entries, −inf elsewhere. Items are (token, block of
+// kScoreEntryBlock entries); each score is computed by one item, so the split never matters.
+// `terms_of` holds num_heads floats per pool thread.
+void ScoreEntries(const RequestQueries& q, int64_t t_req, std::span<const float> keys,
+                  std::span<float> scores, std::span<float> terms_of, ExecContext& ctx) {
+  const int32_t n = q.num_entries;
+  const int64_t num_heads = q.num_heads;
+  const int64_t head_dim = q.head_dim;
+  std::fill(scores.begin(), scores.end(), -kInf);
+  const int64_t entry_blocks = (n + kScoreEntryBlock - 1) / kScoreEntryBlock;
+  auto score_items = [&](int64_t begin, int64_t end, int thread_idx) {
+    float* terms = terms_of.data() + static_cast<size_t>(thread_idx) * num_heads;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / entry_blocks;
+      const int32_t visible = (q.start_pos + static_cast<int32_t>(t) + 1) / q.ratio;
+      const int32_t e_begin = static_cast<int32_t>(item % entry_blocks) * kScoreEntryBlock;
+      const int32_t e_end = std::min(visible, e_begin + kScoreEntryBlock);
+      if (e_end <= e_begin) continue;
+      const size_t count = static_cast<size_t>(e_end - e_begin);
+      IndexerScoresSimd(
+          std::span<const float>(q.qi + t * num_heads * head_dim, num_heads * head_dim),
+          std::span<const float>(q.w + t * num_heads, num_heads),
+          keys.subspan(static_cast<size_t>(e_begin) * head_dim, count * head_dim),
+          scores.subspan(t * n + e_begin, count),
+          std::span<float>(terms, static_cast<size_t>(num_heads)));
+    }
+  };
+  ctx.pool.ParallelFor(t_req * entry_blocks, 1, score_items);
+}
+
+// Step 5: a candidate source publishes its mask; a candidate filter sets the scores outside its
+// source's mask to −inf.
+void ApplyCandidateLevel(const ModelConfig& config, const LayerRole& role, const RequestQueries& q,
+                         int64_t t_req, IndexerForwardState& state, std::span<float> scores) {
+  const int32_t n = q.num_entries;
+  if (role.candidate_mode == CandidateMode::kProduce) {
+    IndexerForwardState::Candidates& cand = state.candidates[role.layer];
+    DSV41_CHECK(cand.num_entries == n, "candidate mask of %d entries, %d keys", cand.num_entries,
+                n);
+    for (int64_t t = 0; t < t_req; ++t) {
+      const int32_t visible = (q.start_pos + static_cast<int32_t>(t) + 1) / q.ratio;
+      CandidateMask(std::span<const float>(scores.subspan(t * n, n)), visible,
+                    config.candidate_topk_blocks, config.candidate_block_size,
+                    std::span<uint8_t>(cand.mask).subspan(t * n, n));
+    }
+  } else if (role.candidate_mode == CandidateMode::kFilter) {
+    const int32_t source = config.candidate_source_layer_id;
+    DSV41_CHECK(source >= 0 && static_cast<size_t>(source) < state.candidates.size() &&
+                    !state.candidates[source].mask.empty(),
+                "layer %d: candidate source %d has not run", role.layer, source);
+    const IndexerForwardState::Candidates& cand = state.candidates[source];
+    DSV41_CHECK(cand.num_entries == n && cand.mask.size() == scores.size(),
+                "layer %d: candidate mask over %d entries, keys %d", role.layer, cand.num_entries,
+                n);
+    for (size_t s = 0; s < scores.size(); ++s) {
+      if (cand.mask[s] == 0) scores[s] = -kInf;
+    }
+  }
+}
+
+// Whether the top-k boundary of one token's row is an exact tie: the k-th highest score among
+// the (ascending) picks equals the best one left out.
+bool TopKBoundaryTies(std::span<const float> row, std::span<const int32_t> picked) {
+  float kth = kInf;
+  for (int32_t e : picked) kth = std::min(kth, row[e]);
+  float next = -kInf;
+  size_t p = 0;
+  for (int32_t e = 0; e < static_cast<int32_t>(row.size()); ++e) {
+    if (p < picked.size() && picked[p] == e) {
+      ++p;
+      continue;
+    }
+    next = std::max(next, row[e]);
+  }
+  return kth == next;
+}
+
+// Step 6: top-k among each token's visible entries into `entries` ([t_req, topk], ascending, −1
+// padded). When `tie` is non-empty it receives the boundary-tie flag of each token.
+void SelectTopK(const RequestQueries& q, int64_t t_req, int32_t topk, std::span<const float> scores,
+                std::span<int32_t> entries, std::span<uint8_t> tie, StepArena& arena) {
+  const int32_t n = q.num_entries;
+  std::fill(entries.begin(), entries.end(), -1);
+  std::span<int32_t> order = arena.Alloc<int32_t>(static_cast<size_t>(n));
+  for (int64_t t = 0; t < t_req; ++t) {
+    const int32_t visible = (q.start_pos + static_cast<int32_t>(t) + 1) / q.ratio;
+    std::span<const float> row = scores.subspan(t * n, visible);
+    const std::span<int32_t> picks = entries.subspan(t * topk, topk);
+    const int32_t num_picks = TopKAscendingSimd(row, topk, order, picks);
+    if (!tie.empty() && topk < visible) {
+      tie[t] = TopKBoundaryTies(row, picks.first(static_cast<size_t>(num_picks))) ? 1 : 0;
+    }
+  }
+}
+
+}  // namespace
+
+void Indexer::ProjectQueries(std::span<const float> x, std::span<const float> qr,
+                             std::span<const BatchRequest> requests, std::span<float> qi,
+                             std::span<float> w, ExecContext& ctx) const {
+  StepArena& arena = ctx.arena;
   const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
   const int64_t num_heads = config_.index_n_heads;
   const int64_t head_dim = config_.index_head_dim;
-  const int32_t ratio = role_.ratio;
-  const int32_t topk = config_.index_topk;
-  const KvCacheLayout& layout = *cache.layout;
-  const KvSourcePlaces& source = *layout.sources[*role_.kv_source_layer];
-  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * config_.hidden_size, "x %zu", x.size());
-  DSV41_CHECK(static_cast<int64_t>(qr.size()) == t_count * config_.q_lora_rank, "qr %zu",
-              qr.size());
-  DSV41_CHECK(states.size() == requests.size(), "%zu states for %zu requests", states.size(),
-              requests.size());
-  DSV41_CHECK(layout.index_head_dim == head_dim && source.ratio == ratio,
-              "layer %d: index keys of %d dims, ratio %d", role_.layer, layout.index_head_dim,
-              source.ratio);
-  ForwardObserver& observer = ctx.observer;
-  const bool observed = observer.WantsIndexerScores();
-
-  // Step 1: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head; step 2: w = bf16(bf16(weights_proj
-  // · x) · c). Both over every row of the step.
-  std::span<float> qi = arena.Alloc<float>(t_count * num_heads * head_dim);
   LinearBf16(wq_b_, qr, t_count, qi, ctx);
-  std::span<float> w = arena.Alloc<float>(t_count * num_heads);
   LinearBf16(weights_proj_, x, t_count, w, ctx);
   for (float& v : w) v = Bf16Round(v * weight_scale_);
   const int64_t half = rope_.rope_dim() / 2;
@@ -187,6 +293,32 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
       }
     }
   }
+}
+
+void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
+                      std::span<const BatchRequest> requests, const KvCacheView& cache,
+                      std::span<IndexerForwardState> states, ExecContext& ctx) const {
+  StepArena& arena = ctx.arena;
+  DrawPublishedState(config_, role_, requests, states, arena);
+  ArenaScope scope(ctx.arena);
+  const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
+  const int64_t num_heads = config_.index_n_heads;
+  const int64_t head_dim = config_.index_head_dim;
+  const KvCacheLayout& layout = *cache.layout;
+  const KvSourcePlaces& source = *layout.sources[*role_.kv_source_layer];
+  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * config_.hidden_size, "x %zu", x.size());
+  DSV41_CHECK(static_cast<int64_t>(qr.size()) == t_count * config_.q_lora_rank, "qr %zu",
+              qr.size());
+  DSV41_CHECK(layout.index_head_dim == head_dim && source.ratio == role_.ratio,
+              "layer %d: index keys of %d dims, ratio %d", role_.layer, layout.index_head_dim,
+              source.ratio);
+  ForwardObserver& observer = ctx.observer;
+  const bool observed = observer.WantsIndexerScores();
+
+  // Steps 1–2 over every row of the step.
+  std::span<float> qi = arena.Alloc<float>(t_count * num_heads * head_dim);
+  std::span<float> w = arena.Alloc<float>(t_count * num_heads);
+  ProjectQueries(x, qr, requests, qi, w, ctx);
 
   // Per-thread head terms, drawn before the parallel regions.
   std::span<float> terms_of = arena.Alloc<float>(ctx.pool.num_threads() * num_heads);
@@ -194,97 +326,23 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
     ArenaScope request_scope(arena);
     const BatchRequest& r = requests[i];
     const int64_t t_req = r.num_tokens;
-    const int32_t start_pos = r.start_pos;
-    // The index keys of every entry visible to the request's last token.
-    const int32_t n = (start_pos + r.num_tokens) / ratio;
+    const RequestQueries q{.qi = qi.data() + r.first_row * num_heads * head_dim,
+                           .w = w.data() + r.first_row * num_heads,
+                           .num_heads = num_heads,
+                           .head_dim = head_dim,
+                           .start_pos = r.start_pos,
+                           .ratio = role_.ratio,
+                           .num_entries = (r.start_pos + r.num_tokens) / role_.ratio};
+    const int32_t n = q.num_entries;
     std::span<float> keys = arena.Alloc<float>(static_cast<size_t>(n) * head_dim);
-    const std::span<const uint32_t> table = r.block_tables[source.kv.group_idx];
-    for (int32_t e = 0; e < n; ++e) {
-      DecodeIndexRow(cache.RowAt(source.index, table, e),
-                     keys.subspan(static_cast<size_t>(e) * head_dim, head_dim));
-    }
-    const float* q_req = qi.data() + r.first_row * num_heads * head_dim;
-    const float* w_req = w.data() + r.first_row * num_heads;
-
-    // Steps 3–4: score[t, n] over the visible entries, −inf elsewhere. Items are (token, block of
-    // kScoreEntryBlock entries); each score is computed by one item, so the split never matters.
+    GatherIndexKeys(cache, source, r, n, head_dim, keys);
     std::span<float> scores = arena.Alloc<float>(t_req * static_cast<int64_t>(n));
-    std::fill(scores.begin(), scores.end(), -kInf);
-    const int64_t entry_blocks = (n + kScoreEntryBlock - 1) / kScoreEntryBlock;
-    auto score_items = [&](int64_t begin, int64_t end, int thread_idx) {
-      float* terms = terms_of.data() + static_cast<size_t>(thread_idx) * num_heads;
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = item / entry_blocks;
-        const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
-        const int32_t e_begin = static_cast<int32_t>(item % entry_blocks) * kScoreEntryBlock;
-        const int32_t e_end = std::min(visible, e_begin + kScoreEntryBlock);
-        if (e_end <= e_begin) continue;
-        const size_t count = static_cast<size_t>(e_end - e_begin);
-        IndexerScoresSimd(
-            std::span<const float>(q_req + t * num_heads * head_dim, num_heads * head_dim),
-            std::span<const float>(w_req + t * num_heads, num_heads),
-            std::span<const float>(keys).subspan(static_cast<size_t>(e_begin) * head_dim,
-                                                 count * head_dim),
-            scores.subspan(t * n + e_begin, count),
-            std::span<float>(terms, static_cast<size_t>(num_heads)));
-      }
-    };
-    ctx.pool.ParallelFor(t_req * entry_blocks, 1, score_items);
-
-    // Step 5: the candidate level.
+    ScoreEntries(q, t_req, keys, scores, terms_of, ctx);
     IndexerForwardState& state = states[i];
-    if (role_.candidate_mode == CandidateMode::kProduce) {
-      IndexerForwardState::Candidates& cand = state.candidates[role_.layer];
-      DSV41_CHECK(cand.num_entries == n, "candidate mask of %d entries, %d keys", cand.num_entries,
-                  n);
-      for (int64_t t = 0; t < t_req; ++t) {
-        const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
-        CandidateMask(std::span<const float>(scores.subspan(t * n, n)), visible,
-                      config_.candidate_topk_blocks, config_.candidate_block_size,
-                      std::span<uint8_t>(cand.mask).subspan(t * n, n));
-      }
-    } else if (role_.candidate_mode == CandidateMode::kFilter) {
-      const int32_t source = config_.candidate_source_layer_id;
-      DSV41_CHECK(source >= 0 && static_cast<size_t>(source) < state.candidates.size() &&
-                      !state.candidates[source].mask.empty(),
-                  "layer %d: candidate source %d has not run", role_.layer, source);
-      const IndexerForwardState::Candidates& cand = state.candidates[source];
-      DSV41_CHECK(cand.num_entries == n && cand.mask.size() == scores.size(),
-                  "layer %d: candidate mask over %d entries, keys %d", role_.layer,
-                  cand.num_entries, n);
-      for (size_t s = 0; s < scores.size(); ++s) {
-        if (cand.mask[s] == 0) scores[s] = -kInf;
-      }
-    }
-
-    // Step 6: top-k among the visible entries, ascending, −1 padded.
-    IndexerForwardState::TopK& out = state.topk[role_.layer];
-    std::fill(out.entries.begin(), out.entries.end(), -1);
+    ApplyCandidateLevel(config_, role_, q, t_req, state, scores);
     const std::span<uint8_t> tie =
         observed ? arena.AllocZeroed<uint8_t>(static_cast<size_t>(t_req)) : std::span<uint8_t>();
-    std::span<int32_t> order = arena.Alloc<int32_t>(static_cast<size_t>(n));
-    for (int64_t t = 0; t < t_req; ++t) {
-      const int32_t visible = (start_pos + static_cast<int32_t>(t) + 1) / ratio;
-      std::span<const float> row = scores.subspan(t * n, visible);
-      const std::span<int32_t> picks = out.entries.subspan(t * topk, topk);
-      const int32_t num_picks = TopKAscendingSimd(row, topk, order, picks);
-      const std::span<const int32_t> picked = picks.first(static_cast<size_t>(num_picks));
-      if (observed && topk < visible) {
-        // The k-th highest score among the picks and the best one left out.
-        float kth = kInf;
-        for (int32_t e : picked) kth = std::min(kth, row[e]);
-        float next = -kInf;
-        size_t p = 0;
-        for (int32_t e = 0; e < visible; ++e) {
-          if (p < picked.size() && picked[p] == e) {
-            ++p;
-            continue;
-          }
-          next = std::max(next, row[e]);
-        }
-        tie[t] = kth == next ? 1 : 0;
-      }
-    }
+    SelectTopK(q, t_req, config_.index_topk, scores, state.topk[role_.layer].entries, tie, arena);
     if (observed) observer.OnIndexerScores(role_.layer, i, scores, tie);
   }
 }

@@ -123,6 +123,11 @@ class Indexer {
 
  private:
   Indexer(const ModelConfig& config, const LayerRole& role);
+  // Steps 1–2 over every row of the step: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head
+  // ([T, num_heads * head_dim]) and w = bf16(bf16(weights_proj · x) · c) ([T, num_heads]).
+  void ProjectQueries(std::span<const float> x, std::span<const float> qr,
+                      std::span<const BatchRequest> requests, std::span<float> qi,
+                      std::span<float> w, ExecContext& ctx) const;
 
   ModelConfig config_;
   LayerRole role_;

@@ -143,81 +143,115 @@ Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix) {
   return moe;
 }
 
-void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
-                  ExecContext& ctx, std::span<const uint8_t> in_image) const {
-  ArenaScope scope(ctx.arena);
-  StepArena& arena = ctx.arena;
-  const int64_t hidden = hidden_size_;
-  const int64_t inter = intermediate_size_;
-  const int64_t num_experts = static_cast<int64_t>(experts_.size());
-  const int32_t k = router_.top_k;
-  DSV41_CHECK(x.size() == static_cast<size_t>(num_tokens * hidden) && y.size() == x.size(),
-              "%s: x %zu, y %zu floats for %lld tokens of %lld", prefix_.c_str(), x.size(),
-              y.size(), static_cast<long long>(num_tokens), static_cast<long long>(hidden));
-  DSV41_CHECK(in_image.empty() || in_image.size() == static_cast<size_t>(num_tokens),
-              "in_image has %zu entries for %lld tokens", in_image.size(),
-              static_cast<long long>(num_tokens));
-  if (num_tokens == 0) return;
-
-  // §8 Gate: fp32 logits of the bf16-valued input against the fp32 (bf16-stored) gate weight.
-  std::span<float> logits = arena.Alloc<float>(static_cast<size_t>(num_tokens * num_experts));
-  LinearProduct(gate_, x, num_tokens, logits, ctx);  // bf16/f32 gate: no quantisation
-  std::span<int32_t> chosen = arena.Alloc<int32_t>(static_cast<size_t>(num_tokens * k));
-  std::span<float> chosen_weights = arena.Alloc<float>(chosen.size());
+ExpertAssignments GroupByExpert(std::span<const int32_t> chosen,
+                                std::span<const float> chosen_weights, int64_t num_tokens,
+                                int32_t k, int64_t num_experts, StepArena& arena) {
+  DSV41_CHECK(chosen.size() == static_cast<size_t>(num_tokens * k) &&
+                  chosen_weights.size() == chosen.size(),
+              "%zu routed slots for %lld tokens of top-%d", chosen.size(),
+              static_cast<long long>(num_tokens), k);
+  ExpertAssignments a;
+  a.num_assigned = num_tokens * k;
+  a.first_of = arena.AllocZeroed<int64_t>(num_experts + 1);
+  for (int32_t e : chosen) ++a.first_of[e + 1];
+  for (int64_t e = 0; e < num_experts; ++e) a.first_of[e + 1] += a.first_of[e];
+  a.token_of = arena.Alloc<int64_t>(a.num_assigned);
+  a.weight_of = arena.Alloc<float>(a.num_assigned);
   {
-    std::span<float> scratch = arena.Alloc<float>(static_cast<size_t>(2 * num_experts));
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      const bool image = !in_image.empty() && in_image[static_cast<size_t>(t)] != 0;
-      RouteToken(logits.subspan(t * num_experts, num_experts), image ? bias_vl_ : bias_, router_,
-                 chosen.subspan(t * k, k), chosen_weights.subspan(t * k, k), scratch);
-    }
-  }
-
-  // Every (token, slot) assignment grouped by expert in increasing id, tokens ascending: expert e
-  // owns assignments first_of[e] .. first_of[e + 1] − 1.
-  const int64_t num_assigned = num_tokens * k;
-  std::span<int64_t> first_of = arena.AllocZeroed<int64_t>(num_experts + 1);
-  for (int32_t e : chosen) ++first_of[e + 1];
-  for (int64_t e = 0; e < num_experts; ++e) first_of[e + 1] += first_of[e];
-  std::span<int64_t> token_of = arena.Alloc<int64_t>(num_assigned);
-  std::span<float> weight_of = arena.Alloc<float>(num_assigned);
-  {
+    ArenaScope scope(arena);
     std::span<int64_t> next = arena.Alloc<int64_t>(num_experts);
-    std::copy_n(first_of.begin(), num_experts, next.begin());
+    std::copy_n(a.first_of.begin(), num_experts, next.begin());
     for (int64_t t = 0; t < num_tokens; ++t) {
       for (int32_t s = 0; s < k; ++s) {
         const int64_t slot = next[chosen[static_cast<size_t>(t * k + s)]]++;
-        token_of[slot] = t;
-        weight_of[slot] = chosen_weights[static_cast<size_t>(t * k + s)];
+        a.token_of[slot] = t;
+        a.weight_of[slot] = chosen_weights[static_cast<size_t>(t * k + s)];
       }
     }
   }
   std::span<int32_t> active = arena.Alloc<int32_t>(num_experts);
   int64_t num_active = 0;
   for (int64_t e = 0; e < num_experts; ++e) {
-    if (first_of[e + 1] > first_of[e]) active[num_active++] = static_cast<int32_t>(e);
+    if (a.first_of[e + 1] > a.first_of[e]) active[num_active++] = static_cast<int32_t>(e);
   }
+  a.active = active.first(static_cast<size_t>(num_active));
+  return a;
+}
 
+namespace {
+
+// y = the bf16 expert outputs added into a zero fp32 accumulator in increasing expert id (§12.8
+// item 3; `outs` holds the assignments in expert order, then the shared expert's row per token),
+// then the shared expert's; y is bf16.
+void CombineExpertOutputs(const ExpertAssignments& a, std::span<const float> outs,
+                          int64_t num_tokens, int64_t hidden, std::span<float> y,
+                          ExecContext& ctx) {
+  ctx.pool.ParallelFor(num_tokens, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* dst = y.data() + t * hidden;
+      std::fill_n(dst, hidden, 0.0f);
+    }
+    for (int64_t i = 0; i < a.num_assigned; ++i) {
+      const int64_t t = a.token_of[i];
+      if (t < begin || t >= end) continue;
+      float* dst = y.data() + t * hidden;
+      const float* src = outs.data() + i * hidden;
+      for (int64_t d = 0; d < hidden; ++d) dst[d] = dst[d] + Bf16Round(src[d]);
+    }
+    for (int64_t t = begin; t < end; ++t) {
+      float* dst = y.data() + t * hidden;
+      const float* src = outs.data() + (a.num_assigned + t) * hidden;
+      for (int64_t d = 0; d < hidden; ++d) dst[d] = Bf16Round(dst[d] + Bf16Round(src[d]));
+    }
+  });
+}
+
+}  // namespace
+
+void Moe::Route(std::span<const float> x, int64_t num_tokens, std::span<const uint8_t> in_image,
+                std::span<int32_t> chosen, std::span<float> chosen_weights,
+                ExecContext& ctx) const {
+  ArenaScope scope(ctx.arena);
+  const int64_t num_experts = static_cast<int64_t>(experts_.size());
+  const int32_t k = router_.top_k;
+  // §8 Gate: fp32 logits of the bf16-valued input against the fp32 (bf16-stored) gate weight.
+  std::span<float> logits = ctx.arena.Alloc<float>(static_cast<size_t>(num_tokens * num_experts));
+  LinearProduct(gate_, x, num_tokens, logits, ctx);  // bf16/f32 gate: no quantisation
+  std::span<float> scratch = ctx.arena.Alloc<float>(static_cast<size_t>(2 * num_experts));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const bool image = !in_image.empty() && in_image[static_cast<size_t>(t)] != 0;
+    RouteToken(logits.subspan(t * num_experts, num_experts), image ? bias_vl_ : bias_, router_,
+               chosen.subspan(t * k, k), chosen_weights.subspan(t * k, k), scratch);
+  }
+}
+
+void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertAssignments& a,
+                     std::span<float> outs, ExecContext& ctx) const {
+  ArenaScope scope(ctx.arena);
+  StepArena& arena = ctx.arena;
+  const int64_t hidden = hidden_size_;
+  const int64_t inter = intermediate_size_;
+  const int64_t num_assigned = a.num_assigned;
+  const int64_t num_active = static_cast<int64_t>(a.active.size());
   // Rows of the hidden activations: the assignments (expert order), then the shared expert's
   // rows (one per token). xs gathers the assignments' inputs.
   const int64_t hidden_rows = num_assigned + num_tokens;
   std::span<float> xs = arena.Alloc<float>(static_cast<size_t>(num_assigned * hidden));
-  for (int64_t a = 0; a < num_assigned; ++a) {
-    std::copy_n(x.begin() + token_of[a] * hidden, hidden, xs.begin() + a * hidden);
+  for (int64_t i = 0; i < num_assigned; ++i) {
+    std::copy_n(x.begin() + a.token_of[i] * hidden, hidden, xs.begin() + i * hidden);
   }
   std::span<float> gs = arena.Alloc<float>(static_cast<size_t>(hidden_rows * inter));
   std::span<float> us = arena.Alloc<float>(gs.size());
-  std::span<float> outs = arena.Alloc<float>(static_cast<size_t>(hidden_rows * hidden));
 
-  // Experts 0..num_active−1 are the active routed ones, num_active the shared expert.
+  // Units 0..num_active−1 are the active routed experts, num_active the shared expert.
   const auto expert_at = [&](int64_t i) -> const Expert& {
-    return i < num_active ? experts_[static_cast<size_t>(active[i])] : shared_;
+    return i < num_active ? experts_[static_cast<size_t>(a.active[i])] : shared_;
   };
   const auto first_row = [&](int64_t i) {
-    return i < num_active ? first_of[active[i]] : num_assigned;
+    return i < num_active ? a.first_of[a.active[i]] : num_assigned;
   };
   const auto num_rows = [&](int64_t i) {
-    return i < num_active ? first_of[active[i] + 1] - first_of[active[i]] : num_tokens;
+    return i < num_active ? a.first_of[a.active[i] + 1] - a.first_of[a.active[i]] : num_tokens;
   };
   const auto prepare = [&](const LinearWeight& w, std::span<const float> in, int64_t rows) {
     const LinearOptions options = LinearOptionsFor(w);
@@ -249,7 +283,7 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
       SwigluRowsSimd(
           gs.subspan(begin * inter, (routed_end - begin) * inter),
           std::span<const float>(us).subspan(begin * inter, (routed_end - begin) * inter),
-          routed_end - begin, inter, weight_of.subspan(begin, routed_end - begin), swiglu_limit_);
+          routed_end - begin, inter, a.weight_of.subspan(begin, routed_end - begin), swiglu_limit_);
     }
     const int64_t shared_begin = std::max(begin, num_assigned);
     if (shared_begin < end) {
@@ -269,28 +303,32 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
     jobs[i] = LinearJob{&ex.w2, prepared, outs.data() + first * hidden, hidden};
   }
   RunLinearJobs(jobs.first(static_cast<size_t>(num_units)), ctx);
+}
 
-  // The bf16 expert outputs are added into a zero fp32 accumulator in increasing expert id
-  // (§12.8 item 3; assignments are in expert order), then the shared expert's; y is bf16.
-  ctx.pool.ParallelFor(num_tokens, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* dst = y.data() + t * hidden;
-      std::fill_n(dst, hidden, 0.0f);
-    }
-    for (int64_t a = 0; a < num_assigned; ++a) {
-      const int64_t t = token_of[a];
-      if (t < begin || t >= end) continue;
-      float* dst = y.data() + t * hidden;
-      const float* src = outs.data() + a * hidden;
-      for (int64_t d = 0; d < hidden; ++d) dst[d] = dst[d] + Bf16Round(src[d]);
-    }
-    for (int64_t t = begin; t < end; ++t) {
-      float* dst = y.data() + t * hidden;
-      const float* src = outs.data() + (num_assigned + t) * hidden;
-      for (int64_t d = 0; d < hidden; ++d) dst[d] = Bf16Round(dst[d] + Bf16Round(src[d]));
-    }
-  });
+void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
+                  ExecContext& ctx, std::span<const uint8_t> in_image) const {
+  ArenaScope scope(ctx.arena);
+  StepArena& arena = ctx.arena;
+  const int64_t hidden = hidden_size_;
+  const int64_t num_experts = static_cast<int64_t>(experts_.size());
+  const int32_t k = router_.top_k;
+  DSV41_CHECK(x.size() == static_cast<size_t>(num_tokens * hidden) && y.size() == x.size(),
+              "%s: x %zu, y %zu floats for %lld tokens of %lld", prefix_.c_str(), x.size(),
+              y.size(), static_cast<long long>(num_tokens), static_cast<long long>(hidden));
+  DSV41_CHECK(in_image.empty() || in_image.size() == static_cast<size_t>(num_tokens),
+              "in_image has %zu entries for %lld tokens", in_image.size(),
+              static_cast<long long>(num_tokens));
+  if (num_tokens == 0) return;
 
+  std::span<int32_t> chosen = arena.Alloc<int32_t>(static_cast<size_t>(num_tokens * k));
+  std::span<float> chosen_weights = arena.Alloc<float>(chosen.size());
+  Route(x, num_tokens, in_image, chosen, chosen_weights, ctx);
+  const ExpertAssignments assignments =
+      GroupByExpert(chosen, chosen_weights, num_tokens, k, num_experts, arena);
+  std::span<float> outs =
+      arena.Alloc<float>(static_cast<size_t>((assignments.num_assigned + num_tokens) * hidden));
+  RunExperts(x, num_tokens, assignments, outs, ctx);
+  CombineExpertOutputs(assignments, outs, num_tokens, hidden, y, ctx);
   ctx.observer.get().OnMoeRouting(prefix_, k, chosen, chosen_weights);
 }
 

@@ -53,6 +53,22 @@ struct MoeRouting final : ForwardObserver {
   }
 };
 
+// Every (token, slot) routing assignment of a step grouped by expert in increasing id, tokens
+// ascending within an expert: expert e owns assignments first_of[e] .. first_of[e + 1] − 1, and
+// `active` lists the experts that have any. Spans in the step arena.
+struct ExpertAssignments {
+  std::span<int64_t> first_of;  // [E + 1]
+  std::span<int64_t> token_of;  // [T · k] each assignment's token
+  std::span<float> weight_of;   // [T · k] its routing weight
+  std::span<int32_t> active;    // expert ids with assignments, increasing
+  int64_t num_assigned = 0;     // T · k
+};
+
+// Groups the router's choices (chosen / chosen_weights: [T, k]) over `num_experts` experts.
+ExpertAssignments GroupByExpert(std::span<const int32_t> chosen,
+                                std::span<const float> chosen_weights, int64_t num_tokens,
+                                int32_t k, int64_t num_experts, StepArena& arena);
+
 // The MoE FFN of one backbone layer ("layers.N") or DSpark stage ("mtp.K"), model.md §8: router
 // (`ffn.gate`), routed experts (`ffn.experts.{e}.w{1,2,3}`) and the shared expert
 // (`ffn.shared_experts.w{1,2,3}`), each weight a view in its stored format. DSpark stages use
@@ -87,6 +103,13 @@ class Moe {
     LinearWeight w3;
   };
   Moe() = default;
+  // §8 Gate and routing: chosen / chosen_weights ([T, k]) for the bf16-valued rows of x.
+  void Route(std::span<const float> x, int64_t num_tokens, std::span<const uint8_t> in_image,
+             std::span<int32_t> chosen, std::span<float> chosen_weights, ExecContext& ctx) const;
+  // The expert FFNs: outs ([num_assigned + T, hidden], fp32) receives each assignment's routed
+  // expert output (weighted, in assignment order), then the shared expert's output per token.
+  void RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertAssignments& a,
+                  std::span<float> outs, ExecContext& ctx) const;
 
   std::string prefix_;
   int32_t hidden_size_ = 0;

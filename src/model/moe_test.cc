@@ -137,6 +137,24 @@ std::vector<float> Bf16Inputs(int64_t rows, int64_t hidden) {
   return x;
 }
 
+TEST(GroupByExpertTest, GroupsAssignmentsByExpertThenToken) {
+  // Three tokens, top-2 over 5 experts: token 0 → {3, 1}, token 1 → {1, 4}, token 2 → {3, 0}.
+  const std::vector<int32_t> chosen = {3, 1, 1, 4, 3, 0};
+  const std::vector<float> weights = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
+  StepArena arena(1 << 12);
+  const ExpertAssignments a = GroupByExpert(chosen, weights, 3, 2, 5, arena);
+  EXPECT_EQ(a.num_assigned, 6);
+  EXPECT_EQ(std::vector<int64_t>(a.first_of.begin(), a.first_of.end()),
+            (std::vector<int64_t>{0, 1, 3, 3, 5, 6}));
+  EXPECT_EQ(std::vector<int32_t>(a.active.begin(), a.active.end()),
+            (std::vector<int32_t>{0, 1, 3, 4}));
+  // Expert 0: token 2; expert 1: tokens 0, 1; expert 3: tokens 0, 2; expert 4: token 1.
+  EXPECT_EQ(std::vector<int64_t>(a.token_of.begin(), a.token_of.end()),
+            (std::vector<int64_t>{2, 0, 1, 0, 2, 1}));
+  EXPECT_EQ(std::vector<float>(a.weight_of.begin(), a.weight_of.end()),
+            (std::vector<float>{0.6f, 0.2f, 0.3f, 0.1f, 0.5f, 0.4f}));
+}
+
 TEST(MoeTest, DsparkStageUsesItsOwnExpertCountAndTopK) {
   Result<ModelWeights> weights = LoadTinyA();
   ASSERT_TRUE(weights.ok()) << weights.status().ToString();
