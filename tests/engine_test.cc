@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -402,6 +403,29 @@ TEST_F(EngineTest, BadRequestsFailAloneAndAbortFreesBlocks) {
   EXPECT_EQ(victim_finish, FinishReason::kAbort);
   EXPECT_EQ(e.stats().free_blocks, e.stats().total_blocks);
   EXPECT_TRUE(e.CheckConsistency().ok());
+}
+
+TEST_F(EngineTest, OutputsCarryTheFrontendsRequestId) {
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(*model_, Options(4), *pool_);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Engine& e = **engine;
+  Result<uint64_t> given = e.AddRequest(Prompt(7, 6), Greedy(3), {.request_id = 41});
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(*given, 41u);
+  // A live id is refused naming it; the engine's own ids continue past the frontend's.
+  Result<uint64_t> twice = e.AddRequest(Prompt(8, 6), Greedy(3), {.request_id = 41});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("41"), std::string::npos) << twice.status().message();
+  Result<uint64_t> own = e.AddRequest(Prompt(9, 6), Greedy(3));
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(*own, 42u);
+  std::set<uint64_t> seen;
+  while (e.HasUnfinished()) {
+    Result<std::vector<RequestOutput>> outputs = e.Step();
+    ASSERT_TRUE(outputs.ok()) << outputs.status().ToString();
+    for (const RequestOutput& o : *outputs) seen.insert(o.request_id);
+  }
+  EXPECT_EQ(seen, (std::set<uint64_t>{41, 42}));
 }
 
 TEST_F(EngineTest, StatsCountCachedFreeBlocks) {

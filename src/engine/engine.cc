@@ -131,6 +131,16 @@ Status Engine::Build(ThreadPool& pool) {
   return Status();
 }
 
+Result<uint64_t> ClaimRequestId(uint64_t requested, bool requested_in_use, uint64_t& next_id) {
+  if (requested == 0) return next_id++;
+  if (requested_in_use) {
+    return InvalidArgumentError("request id %llu is already in use",
+                                static_cast<unsigned long long>(requested));
+  }
+  next_id = std::max(next_id, requested + 1);
+  return requested;
+}
+
 Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
                                     const AddRequestOptions& options) {
   const int32_t vocab = model_.config().vocab_size;
@@ -150,8 +160,10 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
         static_cast<long long>(prompt_len), static_cast<long long>(layout_.max_request_tokens),
         layout_.num_blocks);
   }
+  DSV41_ASSIGN_OR_RETURN(const uint64_t id,
+                         ClaimRequestId(options.request_id, IdInUse(options.request_id), next_id_));
   auto r = std::make_unique<Request>();
-  r->id = next_id_++;
+  r->id = id;
   r->arrival = next_arrival_++;
   r->params = params;
   r->seed = params.seed.has_value() ? *params.seed : std::random_device{}();
@@ -170,10 +182,15 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
                                             .initial_pause_steps = spec.guard_initial_pause_steps,
                                             .min_pause_steps = spec.guard_min_pause_steps});
   stats_.prompt_tokens += static_cast<uint64_t>(prompt_len);
-  const uint64_t id = r->id;
   scheduler_->Add(r.get());
   requests_.emplace(id, std::move(r));
   return id;
+}
+
+bool Engine::IdInUse(uint64_t id) const {
+  return requests_.contains(id) ||
+         std::any_of(pending_outputs_.begin(), pending_outputs_.end(),
+                     [id](const RequestOutput& out) { return out.request_id == id; });
 }
 
 Status Engine::Abort(uint64_t request_id) {

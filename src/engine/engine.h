@@ -97,6 +97,8 @@ class Engine {
   Result<RequestState> InspectRequest(uint64_t request_id) const;
 
  private:
+  // Whether a live request or an output not yet stepped out holds `id`.
+  bool IdInUse(uint64_t id) const;
   Engine(const LoadedTextModel& model, const EngineOptions& options)
       : model_(model), options_(options) {}
 

@@ -88,7 +88,15 @@ struct EngineStats {
 
 struct AddRequestOptions {
   bool prompt_logits = false;
+  // The frontend's id for the request (the server's stream id), which its outputs carry: one id
+  // space from the HTTP request to the engine's outputs. 0: the backend picks the next free id.
+  uint64_t request_id = 0;
 };
+
+// The id a backend gives a new request: `requested` when nonzero (InvalidArgument naming it when
+// `requested_in_use`: a live request holds it, or an output not yet stepped out), else `next_id`; `next_id` moves past the id
+// taken, so the backend's own ids never collide with the frontend's.
+Result<uint64_t> ClaimRequestId(uint64_t requested, bool requested_in_use, uint64_t& next_id);
 
 // What the server's engine loop drives (serving.md §1): the engine (EngineBackend, engine.h), or
 // a test double that replays scripted output. Engine thread only: the loop calls every method from

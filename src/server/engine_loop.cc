@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "base/check.h"
 #include "base/log.h"
 
 namespace dsv41 {
@@ -37,15 +38,15 @@ std::shared_ptr<RequestStream> EngineLoop::Submit(Submission submission, SubmitR
   }
   *refusal = SubmitRefusal::kNone;
   ++num_live_;
-  auto stream = std::make_shared<RequestStream>(next_stream_id_++, RequestStream::Clock::now());
+  auto stream = std::make_shared<RequestStream>(next_request_id_++, RequestStream::Clock::now());
   submissions_.push_back(Pending{stream, std::move(submission)});
   wake_.notify_one();
   return stream;
 }
 
-void EngineLoop::Abort(uint64_t stream_id, FinishReason reason) {
+void EngineLoop::Abort(uint64_t request_id, FinishReason reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  aborts_.push_back(AbortRequest{stream_id, reason});
+  aborts_.push_back(AbortRequest{request_id, reason});
   wake_.notify_one();
 }
 
@@ -90,31 +91,33 @@ void EngineLoop::Run() {
     }
     std::vector<std::pair<std::shared_ptr<RequestStream>, Status>> refused;
     for (Pending& p : submissions) {
+      // The stream's id is the engine's: one id from the HTTP request to the outputs.
+      p.submission.options.request_id = p.stream->id();
       Result<uint64_t> id = backend_.AddRequest(std::move(p.submission.prompt_ids),
                                                 p.submission.params, p.submission.options);
       if (!id.ok()) {
         refused.emplace_back(p.stream, id.status());
         continue;
       }
-      engine_id_of_[p.stream->id()] = *id;
+      DSV41_CHECK(*id == p.stream->id(), "the backend took id %llu for request %llu",
+                  static_cast<unsigned long long>(*id),
+                  static_cast<unsigned long long>(p.stream->id()));
       live_.emplace(*id, Live{.stream = p.stream, .has_token = false, .last_token = {}});
       p.stream->Admit();
     }
     if (!refused.empty()) Finished(refused.size());
     for (auto& [stream, status] : refused) stream->Reject(std::move(status));
     if (abort_all) {
-      for (const auto& [engine_id, live] : live_) {
-        aborts.push_back(AbortRequest{live.stream->id(), FinishReason::kAbort});
-      }
+      for (const auto& [id, live] : live_) aborts.push_back(AbortRequest{id, FinishReason::kAbort});
     }
     for (const AbortRequest& abort : aborts) {
-      const auto it = engine_id_of_.find(abort.stream_id);
-      if (it == engine_id_of_.end()) continue;  // finished already
+      const auto it = live_.find(abort.request_id);
+      if (it == live_.end() || it->second.aborted) continue;  // finished or ending already
       // NotFound: it finished in the last step; its final output is on its way.
-      const Status aborted = backend_.Abort(it->second);
+      const Status aborted = backend_.Abort(abort.request_id);
       if (!aborted.ok()) continue;
-      live_.at(it->second).abort_reason = abort.reason;
-      engine_id_of_.erase(it);
+      it->second.aborted = true;
+      it->second.abort_reason = abort.reason;
     }
     if (backend_.HasUnfinished()) {
       const RequestStream::Clock::time_point start = RequestStream::Clock::now();
@@ -166,7 +169,6 @@ void EngineLoop::Dispatch() {
     }
     deliveries_.emplace_back(live.stream, i);
     if (finished) {
-      engine_id_of_.erase(live.stream->id());
       live_.erase(it);
       ++num_finished;
     }
@@ -183,12 +185,11 @@ void EngineLoop::FailAll(const Status& status) {
                   status.ToString().c_str());
   std::map<uint64_t, Live> failed = std::move(live_);
   live_.clear();
-  engine_id_of_.clear();
   if (!failed.empty()) Finished(failed.size());
-  for (auto& [engine_id, live] : failed) {
-    (void)backend_.Abort(engine_id);
+  for (auto& [id, live] : failed) {
+    (void)backend_.Abort(id);
     RequestOutput out;
-    out.request_id = engine_id;
+    out.request_id = id;
     out.finish = FinishReason::kError;
     out.error = status.ToString();
     live.stream->Push(out);

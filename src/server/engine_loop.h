@@ -52,11 +52,11 @@ class EngineLoop {
   // --max-num-seqs + --max-queue live requests (kOverloaded) or shutting down. Never blocks on
   // the engine.
   std::shared_ptr<RequestStream> Submit(Submission submission, SubmitRefusal* refusal);
-  // Ends the request of `stream_id` (kAbort: a client went away; kStopString: the output
-  // processor matched a stop string): the loop aborts it before its next step, freeing its
+  // Ends the request of `request_id` (its stream's id; kAbort: a client went away; kStopString: the
+  // output processor matched a stop string): the loop aborts it before its next step, freeing its
   // blocks; its stream gets a kAbort output, and the finished-requests metric counts `reason`.
   // A finished or unknown id is ignored.
-  void Abort(uint64_t stream_id, FinishReason reason);
+  void Abort(uint64_t request_id, FinishReason reason);
 
   // Stops admitting (Submit refuses), lets live requests run up to `grace`, aborts the rest and
   // joins the loop thread. Idempotent.
@@ -75,6 +75,7 @@ class EngineLoop {
     std::shared_ptr<RequestStream> stream;
     bool has_token = false;
     RequestStream::Clock::time_point last_token;
+    bool aborted = false;                              // the backend was told to abort it
     FinishReason abort_reason = FinishReason::kAbort;  // counted when its kAbort output comes
   };
 
@@ -94,7 +95,7 @@ class EngineLoop {
   std::condition_variable finished_;  // Shutdown: a request finished
   std::vector<Pending> submissions_;  // guarded by mu_
   struct AbortRequest {
-    uint64_t stream_id = 0;
+    uint64_t request_id = 0;
     FinishReason reason = FinishReason::kAbort;
   };
   std::vector<AbortRequest> aborts_;  // guarded by mu_
@@ -102,11 +103,10 @@ class EngineLoop {
   bool shutting_down_ = false;        // guarded by mu_
   bool abort_all_ = false;            // guarded by mu_
   bool stop_ = false;                 // guarded by mu_
-  uint64_t next_stream_id_ = 1;       // guarded by mu_
+  uint64_t next_request_id_ = 1;      // guarded by mu_: stream and engine id at once
 
   // Engine thread only.
-  std::map<uint64_t, Live> live_;                        // by engine request id
-  std::unordered_map<uint64_t, uint64_t> engine_id_of_;  // stream id → engine request id
+  std::map<uint64_t, Live> live_;  // by request id (the stream's and the engine's)
   // Reused every step (their buffers kept): a steady-state step allocates nothing here.
   std::vector<RequestOutput> outputs_;
   EngineStats stats_;

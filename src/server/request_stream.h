@@ -24,7 +24,7 @@ class RequestStream {
 
   RequestStream(uint64_t id, Clock::time_point arrival) : id_(id), arrival_(arrival) {}
 
-  // The server's id of the request (not the engine's), for EngineLoop::Abort and logs.
+  // The request's id, the engine's as well (its outputs carry it), for EngineLoop::Abort and logs.
   uint64_t id() const { return id_; }
   Clock::time_point arrival() const { return arrival_; }
 

@@ -1,5 +1,6 @@
 #include "server/scripted_backend.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <thread>
@@ -98,10 +99,18 @@ Result<size_t> ScriptedBackend::Choose(const std::vector<int32_t>& prompt_ids) c
 
 Result<uint64_t> ScriptedBackend::AddRequest(std::vector<int32_t> prompt_ids,
                                              const SamplingParams& params,
-                                             const AddRequestOptions&) {
+                                             const AddRequestOptions& options) {
   if (prompt_ids.empty()) return InvalidArgumentError("the prompt has no tokens");
   DSV41_ASSIGN_OR_RETURN(const size_t reply, Choose(prompt_ids));
-  const uint64_t id = next_id_++;
+  DSV41_ASSIGN_OR_RETURN(const uint64_t id,
+                         ClaimRequestId(options.request_id,
+                                        live_.contains(options.request_id) ||
+                                            std::any_of(pending_.begin(), pending_.end(),
+                                                        [&](const RequestOutput& out) {
+                                                          return out.request_id ==
+                                                                 options.request_id;
+                                                        }),
+                                        next_id_));
   Live& live = live_[id];
   live.script = &scripts_[reply];
   if (tokenizer_ != nullptr) {

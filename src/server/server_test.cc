@@ -1399,5 +1399,36 @@ TEST_F(ServerTest, ResponsesCutByTheBudgetAreIncomplete) {
   EXPECT_EQ(JsonText(s.final_response, "incomplete_details.reason"), "max_output_tokens");
 }
 
+// The stream's id is the engine's: a backend whose own ids have moved on (a request it ran
+// before the loop started) still reports the loop's requests under their streams' ids.
+TEST(EngineLoopTest, OutputsCarryTheStreamsRequestId) {
+  ScriptedBackend backend(std::vector<ScriptedBackend::ScriptStep>{{5}, {6}});
+  Result<uint64_t> earlier = backend.AddRequest({1, 2}, SamplingParams{}, {});
+  ASSERT_TRUE(earlier.ok());
+  std::vector<RequestOutput> outputs;
+  while (backend.HasUnfinished()) ASSERT_TRUE(backend.Step(outputs).ok());
+  ServerMetrics metrics;
+  EngineLoop loop(backend, metrics, EngineLoopOptions{});
+  loop.Start();
+  SubmitRefusal refusal = SubmitRefusal::kNone;
+  Submission submission;
+  submission.prompt_ids = {3, 4};
+  const std::shared_ptr<RequestStream> stream = loop.Submit(std::move(submission), &refusal);
+  ASSERT_NE(stream, nullptr);
+  ASSERT_TRUE(stream->WaitAdmitted().ok());
+  RequestOutput out;
+  bool finished = false;
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 200 && !finished; ++i) {
+    if (!stream->Wait(out, std::chrono::milliseconds(50))) continue;
+    EXPECT_EQ(out.request_id, stream->id());
+    tokens.insert(tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+    finished = out.finish != FinishReason::kNone;
+  }
+  loop.Shutdown(std::chrono::milliseconds(0));
+  EXPECT_TRUE(finished);
+  EXPECT_EQ(tokens, (std::vector<int32_t>{5, 6}));
+}
+
 }  // namespace
 }  // namespace dsv41
