@@ -432,8 +432,6 @@ TEST(KvCacheManagerDeathTest, TruncatingIntoASharedCachedBlockAborts) {
 // speculative decode steps with rejection, arbitrary rollbacks, preemption when the pool is full.
 // After every operation the pool is consistent and each block's reference count equals the
 // number of table slots naming it, all in one group.
-class KvCacheManagerRandomTest : public ::testing::TestWithParam<uint32_t> {};
-
 struct SimRequest {
   RequestBlockTables blocks;
   std::vector<int32_t> tokens;
@@ -467,143 +465,184 @@ void CheckRefs(const KvCacheManager& kv, const std::vector<SimRequest>& reqs, in
   ASSERT_EQ(kv.pool().num_free(), kv.pool().num_blocks() - refs.size()) << "op " << op;
 }
 
-TEST_P(KvCacheManagerRandomTest, PoolStaysConsistent) {
-  std::mt19937 rng(GetParam());
-  auto uniform = [&rng](int64_t lo, int64_t hi) {  // [lo, hi]
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
-  const bool dspark = GetParam() % 2 == 1;
-  const CachePlan plan = TinyPlan(dspark);
-  const int32_t num_groups = static_cast<int32_t>(plan.groups.size());
-  constexpr uint32_t kNumBlocks = 90;
-  KvCacheManager kv(plan, kNumBlocks, Caching(true));
-  const int64_t b = kv.block_tokens();
-  std::vector<std::vector<int32_t>> bases(3);
-  for (auto& base : bases) {
-    for (int i = 0; i < 48; ++i) base.push_back(static_cast<int32_t>(uniform(0, 2)));
-  }
-  std::vector<SimRequest> reqs;
-  int64_t total_hits = 0;
-  int64_t num_preempted = 0;
-  int64_t num_uncached_truncations = 0;
-  for (int op = 0; op < 3000; ++op) {
-    const int64_t kind = uniform(0, 9);
-    if (reqs.empty() || (kind <= 1 && reqs.size() < 6)) {
-      SimRequest r;
-      const auto& base = bases[static_cast<size_t>(uniform(0, 2))];
-      r.tokens.assign(base.begin(), base.begin() + uniform(1, 48));
-      for (int64_t i = uniform(0, 8); i > 0; --i)
-        r.tokens.push_back(static_cast<int32_t>(uniform(0, 2)));
-      r.prompt_len = static_cast<int64_t>(r.tokens.size());
-      const int64_t hit = kv.AcquirePrefix(r.tokens, r.blocks);
-      ASSERT_EQ(hit % b, 0);
-      ASSERT_LE(hit, (r.prompt_len - 1) / b * b);
-      ASSERT_EQ(static_cast<int32_t>(r.blocks.tables.size()), num_groups);
-      total_hits += hit;
-      r.computed = hit;
-      reqs.push_back(std::move(r));
-    } else if (kind <= 7) {
-      SimRequest& r = reqs[static_cast<size_t>(uniform(0, static_cast<int64_t>(reqs.size()) - 1))];
-      const bool prefill = r.computed < r.prompt_len;
-      const int64_t drafts = prefill ? 0 : uniform(0, 3);
-      const int64_t n =
-          prefill ? uniform(1, std::min<int64_t>(13, r.prompt_len - r.computed)) : 1 + drafts;
-      int64_t held_before = 0;
-      int64_t slid = 0;
-      const int64_t first = std::max<int64_t>(0, r.computed - plan.sliding_window + 1) / b;
-      for (int32_t g = 0; g < num_groups; ++g) {
-        const auto& table = r.blocks.tables[static_cast<size_t>(g)];
-        for (size_t i = 0; i < table.size(); ++i) {
-          if (table[i] == kNo) continue;
-          ++held_before;
-          const bool window = g >= 2;
-          if (window && static_cast<int64_t>(i) < first) ++slid;
-        }
-      }
-      const int64_t need = kv.NumBlocksNeeded(r.blocks, r.computed, n);
-      if (!kv.Allocate(r.blocks, r.computed, n)) {
-        ASSERT_GT(need, static_cast<int64_t>(kv.pool().num_free()));
-        kv.Free(r.blocks);  // preempted
-        ++num_preempted;
-        r = std::move(reqs.back());
-        reqs.pop_back();
-      } else {
-        int64_t held_after = 0;
-        const int64_t end_blocks = (r.computed + n + b - 1) / b;
-        for (int32_t g = 0; g < num_groups; ++g) {
-          const auto& table = r.blocks.tables[static_cast<size_t>(g)];
-          for (size_t i = 0; i < table.size(); ++i) held_after += table[i] != kNo ? 1 : 0;
-          if (g == 1) {
-            ASSERT_EQ(table.size(), 1u);
-            continue;
-          }
-          ASSERT_GE(static_cast<int64_t>(table.size()), end_blocks);
-          for (int64_t i = (g == 0 ? 0 : first); i < end_blocks; ++i) {
-            ASSERT_NE(table[static_cast<size_t>(i)], kNo) << "op " << op << " group " << g;
-          }
-          if (g >= 2) {
-            for (int64_t i = 0; i < std::min<int64_t>(first, static_cast<int64_t>(table.size()));
-                 ++i) {
-              ASSERT_EQ(table[static_cast<size_t>(i)], kNo);
-            }
-          }
-        }
-        ASSERT_EQ(held_after - held_before, need - slid) << "op " << op;
-        if (prefill) {
-          r.computed += n;
-        } else {
-          for (int64_t i = 0; i < n; ++i) r.tokens.push_back(static_cast<int32_t>(uniform(0, 2)));
-          const int64_t accepted = uniform(0, drafts);
-          r.computed += 1 + accepted;
-          kv.Truncate(r.blocks, r.computed);
-          r.tokens.resize(static_cast<size_t>(r.computed));
-        }
-        kv.CacheFullBlocks(r.blocks, r.tokens, r.computed);
-        ASSERT_EQ(r.blocks.num_cached_blocks, r.computed / b);
-        if (r.computed > 60) {
-          kv.Free(r.blocks);
-          r = std::move(reqs.back());
-          reqs.pop_back();
-        }
-      }
-    } else if (kind == 8) {
-      SimRequest& r = reqs[static_cast<size_t>(uniform(0, static_cast<int64_t>(reqs.size()) - 1))];
-      int64_t t = uniform(0, r.computed);
-      // Rewriting part of a cached block another request shares would be a bug: align down then.
-      if (t % b != 0 && t / b < r.blocks.num_cached_blocks) {
-        for (int32_t g = 0; g < num_groups; ++g) {
-          const auto& table = r.blocks.tables[static_cast<size_t>(g)];
-          const size_t i = static_cast<size_t>(t / b);
-          if (g != 1 && i < table.size() && table[i] != kNo && kv.pool().ref_count(table[i]) > 1) {
-            t = t / b * b;
-            break;
-          }
-        }
-      }
-      if (t % b != 0 && t / b < r.blocks.num_cached_blocks) ++num_uncached_truncations;
-      kv.Truncate(r.blocks, t);
-      ASSERT_LE(r.blocks.num_cached_blocks, t / b);
-      ASSERT_EQ(static_cast<int64_t>(r.blocks.block_hashes.size()), r.blocks.num_cached_blocks);
-      r.computed = t;
-      r.tokens.resize(static_cast<size_t>(std::max(t, r.prompt_len)));
-    } else {
-      const size_t i = static_cast<size_t>(uniform(0, static_cast<int64_t>(reqs.size()) - 1));
-      kv.Free(reqs[i].blocks);
-      reqs[i] = std::move(reqs.back());
-      reqs.pop_back();
+class KvCacheManagerRandomTest : public ::testing::TestWithParam<uint32_t> {
+ protected:
+  static constexpr uint32_t kNumBlocks = 90;
+
+  KvCacheManagerRandomTest()
+      : rng_(GetParam()),
+        plan_(TinyPlan(GetParam() % 2 == 1)),
+        num_groups_(static_cast<int32_t>(plan_.groups.size())),
+        kv_(plan_, kNumBlocks, Caching(true)),
+        b_(kv_.block_tokens()) {
+    bases_.resize(3);
+    for (auto& base : bases_) {
+      for (int i = 0; i < 48; ++i) base.push_back(static_cast<int32_t>(Uniform(0, 2)));
     }
-    CheckRefs(kv, reqs, op);
+  }
+
+  int64_t Uniform(int64_t lo, int64_t hi) {  // [lo, hi]
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
+  SimRequest& AnyRequest() {
+    return reqs_[static_cast<size_t>(Uniform(0, static_cast<int64_t>(reqs_.size()) - 1))];
+  }
+  // Frees `r` and drops it from the live requests.
+  void Drop(SimRequest& r) {
+    kv_.Free(r.blocks);
+    r = std::move(reqs_.back());
+    reqs_.pop_back();
+  }
+  int64_t HeldBlocks(const SimRequest& r) const {
+    int64_t held = 0;
+    for (const auto& table : r.blocks.tables) {
+      for (const uint32_t block : table) held += block != kNo ? 1 : 0;
+    }
+    return held;
+  }
+
+  // A new request over a prefix of one of the bases, its cached prefix acquired.
+  void Admit() {
+    SimRequest r;
+    const auto& base = bases_[static_cast<size_t>(Uniform(0, 2))];
+    r.tokens.assign(base.begin(), base.begin() + Uniform(1, 48));
+    for (int64_t i = Uniform(0, 8); i > 0; --i) {
+      r.tokens.push_back(static_cast<int32_t>(Uniform(0, 2)));
+    }
+    r.prompt_len = static_cast<int64_t>(r.tokens.size());
+    const int64_t hit = kv_.AcquirePrefix(r.tokens, r.blocks);
+    ASSERT_EQ(hit % b_, 0);
+    ASSERT_LE(hit, (r.prompt_len - 1) / b_ * b_);
+    ASSERT_EQ(static_cast<int32_t>(r.blocks.tables.size()), num_groups_);
+    total_hits_ += hit;
+    r.computed = hit;
+    reqs_.push_back(std::move(r));
+  }
+
+  // The tables after allocating for [computed, computed + n): every needed block present in the
+  // full-attention and window groups, the window's slid-out blocks released, the state group one
+  // block.
+  void CheckAllocated(const SimRequest& r, int64_t n, int64_t first, int op) const {
+    const int64_t end_blocks = (r.computed + n + b_ - 1) / b_;
+    for (int32_t g = 0; g < num_groups_; ++g) {
+      const auto& table = r.blocks.tables[static_cast<size_t>(g)];
+      if (g == 1) {
+        ASSERT_EQ(table.size(), 1u);
+        continue;
+      }
+      ASSERT_GE(static_cast<int64_t>(table.size()), end_blocks);
+      for (int64_t i = (g == 0 ? 0 : first); i < end_blocks; ++i) {
+        ASSERT_NE(table[static_cast<size_t>(i)], kNo) << "op " << op << " group " << g;
+      }
+      if (g >= 2) {
+        for (int64_t i = 0; i < std::min<int64_t>(first, static_cast<int64_t>(table.size())); ++i) {
+          ASSERT_EQ(table[static_cast<size_t>(i)], kNo);
+        }
+      }
+    }
+  }
+
+  // A prefill chunk or a speculative decode step (drafts, some rejected) of one request; a
+  // request the pool cannot hold is preempted.
+  void StepOne(int op) {
+    SimRequest& r = AnyRequest();
+    const bool prefill = r.computed < r.prompt_len;
+    const int64_t drafts = prefill ? 0 : Uniform(0, 3);
+    const int64_t n =
+        prefill ? Uniform(1, std::min<int64_t>(13, r.prompt_len - r.computed)) : 1 + drafts;
+    const int64_t held_before = HeldBlocks(r);
+    int64_t slid = 0;
+    const int64_t first = std::max<int64_t>(0, r.computed - plan_.sliding_window + 1) / b_;
+    for (int32_t g = 2; g < num_groups_; ++g) {
+      const auto& table = r.blocks.tables[static_cast<size_t>(g)];
+      for (size_t i = 0; i < table.size() && static_cast<int64_t>(i) < first; ++i) {
+        slid += table[i] != kNo ? 1 : 0;
+      }
+    }
+    const int64_t need = kv_.NumBlocksNeeded(r.blocks, r.computed, n);
+    if (!kv_.Allocate(r.blocks, r.computed, n)) {
+      ASSERT_GT(need, static_cast<int64_t>(kv_.pool().num_free()));
+      ++num_preempted_;
+      Drop(r);
+      return;
+    }
+    CheckAllocated(r, n, first, op);
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(HeldBlocks(r) - held_before, need - slid) << "op " << op;
+    if (prefill) {
+      r.computed += n;
+    } else {
+      for (int64_t i = 0; i < n; ++i) r.tokens.push_back(static_cast<int32_t>(Uniform(0, 2)));
+      const int64_t accepted = Uniform(0, drafts);
+      r.computed += 1 + accepted;
+      kv_.Truncate(r.blocks, r.computed);
+      r.tokens.resize(static_cast<size_t>(r.computed));
+    }
+    kv_.CacheFullBlocks(r.blocks, r.tokens, r.computed);
+    ASSERT_EQ(r.blocks.num_cached_blocks, r.computed / b_);
+    if (r.computed > 60) Drop(r);
+  }
+
+  // A rollback of one request to any computed position.
+  void RollBackOne() {
+    SimRequest& r = AnyRequest();
+    int64_t t = Uniform(0, r.computed);
+    // Rewriting part of a cached block another request shares would be a bug: align down then.
+    if (t % b_ != 0 && t / b_ < r.blocks.num_cached_blocks) {
+      for (int32_t g = 0; g < num_groups_; ++g) {
+        const auto& table = r.blocks.tables[static_cast<size_t>(g)];
+        const size_t i = static_cast<size_t>(t / b_);
+        if (g != 1 && i < table.size() && table[i] != kNo && kv_.pool().ref_count(table[i]) > 1) {
+          t = t / b_ * b_;
+          break;
+        }
+      }
+    }
+    if (t % b_ != 0 && t / b_ < r.blocks.num_cached_blocks) ++num_uncached_truncations_;
+    kv_.Truncate(r.blocks, t);
+    ASSERT_LE(r.blocks.num_cached_blocks, t / b_);
+    ASSERT_EQ(static_cast<int64_t>(r.blocks.block_hashes.size()), r.blocks.num_cached_blocks);
+    r.computed = t;
+    r.tokens.resize(static_cast<size_t>(std::max(t, r.prompt_len)));
+  }
+
+  std::mt19937 rng_;
+  const CachePlan plan_;
+  const int32_t num_groups_;
+  KvCacheManager kv_;
+  const int64_t b_;
+  std::vector<std::vector<int32_t>> bases_;
+  std::vector<SimRequest> reqs_;
+  int64_t total_hits_ = 0;
+  int64_t num_preempted_ = 0;
+  int64_t num_uncached_truncations_ = 0;
+};
+
+TEST_P(KvCacheManagerRandomTest, PoolStaysConsistent) {
+  for (int op = 0; op < 3000; ++op) {
+    const int64_t kind = Uniform(0, 9);
+    if (reqs_.empty() || (kind <= 1 && reqs_.size() < 6)) {
+      Admit();
+    } else if (kind <= 7) {
+      StepOne(op);
+    } else if (kind == 8) {
+      RollBackOne();
+    } else {
+      Drop(AnyRequest());
+    }
+    if (HasFatalFailure()) return;
+    CheckRefs(kv_, reqs_, op);
     if (HasFatalFailure()) return;
   }
-  for (SimRequest& r : reqs) kv.Free(r.blocks);
-  reqs.clear();
-  CheckRefs(kv, reqs, -1);
-  EXPECT_EQ(kv.pool().num_free(), kNumBlocks);
-  EXPECT_GT(total_hits, 0);
-  EXPECT_GT(num_preempted, 0);
-  EXPECT_GT(num_uncached_truncations, 0);
-  EXPECT_GT(kv.pool().num_evictions(), 0u);
-  EXPECT_EQ(kv.stats().hit_tokens, static_cast<uint64_t>(total_hits));
+  for (SimRequest& r : reqs_) kv_.Free(r.blocks);
+  reqs_.clear();
+  CheckRefs(kv_, reqs_, -1);
+  EXPECT_EQ(kv_.pool().num_free(), kNumBlocks);
+  EXPECT_GT(total_hits_, 0);
+  EXPECT_GT(num_preempted_, 0);
+  EXPECT_GT(num_uncached_truncations_, 0);
+  EXPECT_GT(kv_.pool().num_evictions(), 0u);
+  EXPECT_EQ(kv_.stats().hit_tokens, static_cast<uint64_t>(total_hits_));
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, KvCacheManagerRandomTest, ::testing::Values(1u, 2u, 3u, 4u, 5u, 6u),

@@ -165,14 +165,71 @@ Result<NpyArray> ReadArray(const std::string& path) { return ReadNpy(path); }
 
 class EngramFusionGoldenTest : public testing::TestWithParam<Case> {};
 
-// Given the streams entering each Engram layer (streams_out of the layer before, or the embedding
-// for layer 0) and the golden row ids, the module reproduces engram_streams and engram_gate.
-TEST_P(EngramFusionGoldenTest, ReproducesEngramStreamsAndGates) {
-  const Case c = GetParam();
-  Result<ModelWeights> weights = LoadTiny(c.config);
-  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
-  const ModelConfig& config = weights->config();
-  const std::string dir = kGoldens + "cases/" + c.config + "/" + c.prompt + "/";
+// One case's golden arrays, flattened.
+struct EngramGoldens {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> hash;  // [≥ T, slots, cols]
+  std::vector<float> streams_out, want_streams, want_gate, stability;
+  int64_t num_tokens = 0;
+  int64_t num_slots = 0;
+  int64_t cols = 0;
+};
+
+// Compares one Engram layer's fused streams and gates ([T, hc · hidden], [T, hc]) with the
+// goldens' rows of its slot, position by position, and prints the tally.
+void CompareEngramLayer(const Case& c, size_t layer, int64_t slot, int64_t hc, size_t stream_size,
+                        std::span<const float> streams, std::span<const float> gate,
+                        const EngramGoldens& g) {
+  const int64_t num_tokens = g.num_tokens;
+  int64_t stable_tokens = 0;
+  int64_t exact_tokens = 0;
+  int64_t exact_stable_tokens = 0;
+  float max_stream_err = 0.0f;
+  float max_gate_err = 0.0f;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const bool stable = g.stability[static_cast<size_t>(t)] <= 1e-4f;
+    bool exact = true;
+    float stream_err = 0.0f;
+    float gate_err = 0.0f;
+    for (int64_t j = 0; j < hc; ++j) {
+      const float got = gate[static_cast<size_t>(t * hc + j)];
+      const float want = g.want_gate[static_cast<size_t>((slot * num_tokens + t) * hc + j)];
+      exact = exact && got == want;
+      gate_err = std::max(gate_err, std::fabs(got - want));
+    }
+    for (size_t i = 0; i < stream_size; ++i) {
+      const float got = streams[static_cast<size_t>(t) * stream_size + i];
+      const float want =
+          g.want_streams[(static_cast<size_t>(slot * num_tokens + t)) * stream_size + i];
+      exact = exact && got == want;
+      stream_err = std::max(stream_err, std::fabs(got - want));
+    }
+    exact_tokens += exact ? 1 : 0;
+    if (!stable) continue;
+    ++stable_tokens;
+    exact_stable_tokens += exact ? 1 : 0;
+    max_stream_err = std::max(max_stream_err, stream_err);
+    max_gate_err = std::max(max_gate_err, gate_err);
+    // Both paths meet the README's 1e-3 (the fast one accumulates wkv's exact products in fp32).
+    EXPECT_LE(stream_err, 1e-3f) << "layer " << layer << " position " << t;
+    EXPECT_LE(gate_err, 1e-3f) << "layer " << layer << " position " << t;
+    if (c.reference_linear) {
+      // The goldens sum the wkv product exactly, as LinearRef: bit for bit.
+      EXPECT_TRUE(exact) << "layer " << layer << " position " << t;
+    }
+  }
+  std::printf(
+      "[ Engram golden ] %s/%s layer %zu (%s): %lld of %lld positions stable, %lld of them "
+      "bit-exact (all positions: %lld bit-exact); max stable |stream diff| %.3g, |gate diff| "
+      "%.3g\n",
+      c.config, c.prompt, layer, c.reference_linear ? "LinearRef" : "Linear",
+      static_cast<long long>(stable_tokens), static_cast<long long>(num_tokens),
+      static_cast<long long>(exact_stable_tokens), static_cast<long long>(exact_tokens),
+      static_cast<double>(max_stream_err), static_cast<double>(max_gate_err));
+}
+
+// Reads and checks the shapes of a case's arrays.
+void LoadEngramGoldens(const ModelConfig& config, const std::string& dir, EngramGoldens& g) {
   Result<NpyArray> ids_npy = ReadArray(dir + "input_ids.npy");
   Result<NpyArray> hash_npy = ReadArray(dir + "engram_hash.npy");
   Result<NpyArray> streams_npy = ReadArray(dir + "streams_out.npy");
@@ -183,23 +240,40 @@ TEST_P(EngramFusionGoldenTest, ReproducesEngramStreamsAndGates) {
        {&ids_npy, &hash_npy, &streams_npy, &want_streams_npy, &want_gate_npy, &stability_npy}) {
     ASSERT_TRUE(a->ok()) << a->status().ToString();
   }
-  const int64_t num_tokens = ids_npy->num_elements();
+  g.num_tokens = ids_npy->num_elements();
+  g.cols = config.n_hash_cols();
+  g.num_slots = static_cast<int64_t>(config.engram_layer_ids.size());
   const int64_t hc = config.hc_mult;
   const int64_t hidden = config.hidden_size;
-  const int64_t cols = config.n_hash_cols();
-  const int64_t num_slots = static_cast<int64_t>(config.engram_layer_ids.size());
   ASSERT_EQ(hash_npy->shape.size(), 3u);
-  ASSERT_GE(hash_npy->shape[0], num_tokens);
-  ASSERT_EQ(hash_npy->shape[1], num_slots);
-  ASSERT_EQ(hash_npy->shape[2], cols);
-  ASSERT_EQ(want_streams_npy->shape, (std::vector<int64_t>{num_slots, num_tokens, hc, hidden}));
-  ASSERT_EQ(want_gate_npy->shape, (std::vector<int64_t>{num_slots, num_tokens, hc}));
-  const std::vector<int64_t> hash = hash_npy->ToInt64();
-  const std::vector<float> streams_out = streams_npy->ToFloat();
-  const std::vector<float> want_streams = want_streams_npy->ToFloat();
-  const std::vector<float> want_gate = want_gate_npy->ToFloat();
-  const std::vector<float> stability = stability_npy->ToFloat();
-  const size_t stream_size = static_cast<size_t>(hc * hidden);
+  ASSERT_GE(hash_npy->shape[0], g.num_tokens);
+  ASSERT_EQ(hash_npy->shape[1], g.num_slots);
+  ASSERT_EQ(hash_npy->shape[2], g.cols);
+  ASSERT_EQ(want_streams_npy->shape, (std::vector<int64_t>{g.num_slots, g.num_tokens, hc, hidden}));
+  ASSERT_EQ(want_gate_npy->shape, (std::vector<int64_t>{g.num_slots, g.num_tokens, hc}));
+  const std::vector<int64_t> ids64 = ids_npy->ToInt64();
+  g.ids.assign(ids64.begin(), ids64.end());
+  g.hash = hash_npy->ToInt64();
+  g.streams_out = streams_npy->ToFloat();
+  g.want_streams = want_streams_npy->ToFloat();
+  g.want_gate = want_gate_npy->ToFloat();
+  g.stability = stability_npy->ToFloat();
+}
+
+// Given the streams entering each Engram layer (streams_out of the layer before, or the embedding
+// for layer 0) and the golden row ids, the module reproduces engram_streams and engram_gate.
+TEST_P(EngramFusionGoldenTest, ReproducesEngramStreamsAndGates) {
+  const Case c = GetParam();
+  Result<ModelWeights> weights = LoadTiny(c.config);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  const ModelConfig& config = weights->config();
+  EngramGoldens g;
+  LoadEngramGoldens(config, kGoldens + "cases/" + c.config + "/" + c.prompt + "/", g);
+  if (HasFatalFailure()) return;
+  const int64_t num_tokens = g.num_tokens;
+  const int64_t hc = config.hc_mult;
+  const int64_t cols = g.cols;
+  const size_t stream_size = static_cast<size_t>(hc * config.hidden_size);
 
   OwnedExecContext exec(2, c.reference_linear ? Numerics::kReference : Numerics::kFast);
   int64_t slots_seen = 0;
@@ -216,71 +290,24 @@ TEST_P(EngramFusionGoldenTest, ReproducesEngramStreamsAndGates) {
     if (layer == 0) {
       Result<HeadWeights> head = GetHeadWeights(*weights);
       ASSERT_TRUE(head.ok()) << head.status().ToString();
-      const std::vector<int64_t> ids64 = ids_npy->ToInt64();
-      const std::vector<int32_t> ids(ids64.begin(), ids64.end());
-      ASSERT_TRUE(EmbedTokens(*head, ids, config.hc_mult, streams).ok());
+      ASSERT_TRUE(EmbedTokens(*head, g.ids, config.hc_mult, streams).ok());
     } else {
       const size_t offset = (layer - 1) * static_cast<size_t>(num_tokens) * stream_size;
-      std::copy_n(streams_out.begin() + static_cast<std::ptrdiff_t>(offset), streams.size(),
+      std::copy_n(g.streams_out.begin() + static_cast<std::ptrdiff_t>(offset), streams.size(),
                   streams.begin());
     }
     std::vector<int64_t> rows(static_cast<size_t>(num_tokens * cols));
     for (int64_t t = 0; t < num_tokens; ++t) {
       for (int64_t k = 0; k < cols; ++k) {
         rows[static_cast<size_t>(t * cols + k)] =
-            hash[static_cast<size_t>((t * num_slots + slot) * cols + k)];
+            g.hash[static_cast<size_t>((t * g.num_slots + slot) * cols + k)];
       }
     }
     std::vector<float> gate(static_cast<size_t>(num_tokens * hc));
     ASSERT_TRUE(fusion->Forward(rows, num_tokens, streams, gate, exec.ctx).ok());
-
-    int64_t stable_tokens = 0;
-    int64_t exact_tokens = 0;
-    int64_t exact_stable_tokens = 0;
-    float max_stream_err = 0.0f;
-    float max_gate_err = 0.0f;
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      const bool stable = stability[static_cast<size_t>(t)] <= 1e-4f;
-      bool exact = true;
-      float stream_err = 0.0f;
-      float gate_err = 0.0f;
-      for (int64_t j = 0; j < hc; ++j) {
-        const float got = gate[static_cast<size_t>(t * hc + j)];
-        const float want = want_gate[static_cast<size_t>((slot * num_tokens + t) * hc + j)];
-        exact = exact && got == want;
-        gate_err = std::max(gate_err, std::fabs(got - want));
-      }
-      for (size_t i = 0; i < stream_size; ++i) {
-        const float got = streams[static_cast<size_t>(t) * stream_size + i];
-        const float want =
-            want_streams[(static_cast<size_t>(slot * num_tokens + t)) * stream_size + i];
-        exact = exact && got == want;
-        stream_err = std::max(stream_err, std::fabs(got - want));
-      }
-      exact_tokens += exact ? 1 : 0;
-      if (!stable) continue;
-      ++stable_tokens;
-      exact_stable_tokens += exact ? 1 : 0;
-      max_stream_err = std::max(max_stream_err, stream_err);
-      max_gate_err = std::max(max_gate_err, gate_err);
-      // Both paths meet the README's 1e-3 (the fast one accumulates wkv's exact products in fp32).
-      EXPECT_LE(stream_err, 1e-3f) << "layer " << layer << " position " << t;
-      EXPECT_LE(gate_err, 1e-3f) << "layer " << layer << " position " << t;
-      if (c.reference_linear) {
-        // The goldens sum the wkv product exactly, as LinearRef: bit for bit.
-        EXPECT_TRUE(exact) << "layer " << layer << " position " << t;
-      }
-    }
-    std::printf(
-        "[ Engram golden ] %s/%s layer %zu (%s): %lld of %lld positions stable, %lld of them "
-        "bit-exact (all positions: %lld bit-exact); max stable |stream diff| %.3g, |gate diff| "
-        "%.3g\n",
-        c.config, c.prompt, layer, c.reference_linear ? "LinearRef" : "Linear",
-        static_cast<long long>(stable_tokens), static_cast<long long>(num_tokens),
-        static_cast<long long>(exact_stable_tokens), static_cast<long long>(exact_tokens),
-        static_cast<double>(max_stream_err), static_cast<double>(max_gate_err));
+    CompareEngramLayer(c, layer, slot, hc, stream_size, streams, gate, g);
   }
-  EXPECT_EQ(slots_seen, num_slots);
+  EXPECT_EQ(slots_seen, g.num_slots);
 }
 
 INSTANTIATE_TEST_SUITE_P(

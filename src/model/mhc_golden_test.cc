@@ -68,6 +68,18 @@ struct Tally {
   }
 };
 
+// The reference's arrays of one case.
+struct MhcGoldens {
+  std::vector<float> stability, attn_in, attn_out, ffn_in, ffn_out, streams_out, pre_mix,
+      engram_streams, final_hidden, logits;
+  bool stable(int64_t t) const { return stability[t] <= 1e-4f; }
+};
+
+struct MhcTallies {
+  Tally attn_in{"attn_in"}, ffn_in{"ffn_in"}, streams{"streams_out"}, pre{"pre_mix"},
+      hidden{"final_hidden"}, logits{"logits"}, ref_logits{"logits (ref)"};
+};
+
 class MhcGoldenTest : public testing::TestWithParam<Case> {
  protected:
   std::vector<float> Load(const std::string& name) {
@@ -76,6 +88,104 @@ class MhcGoldenTest : public testing::TestWithParam<Case> {
     EXPECT_TRUE(array.ok()) << array.status().ToString();
     return array.ok() ? array->ToFloat() : std::vector<float>();
   }
+  MhcGoldens LoadGoldens() {
+    return MhcGoldens{.stability = Load("stability_gemm32"),
+                      .attn_in = Load("attn_in"),
+                      .attn_out = Load("attn_out"),
+                      .ffn_in = Load("ffn_in"),
+                      .ffn_out = Load("ffn_out"),
+                      .streams_out = Load("streams_out"),
+                      .pre_mix = Load("pre_mix"),
+                      .engram_streams = Load("engram_streams"),
+                      .final_hidden = Load("final_hidden"),
+                      .logits = Load("logits")};
+  }
+
+  // One block's mHC on the golden streams and sublayer outputs of every token: the attention and
+  // FFN inputs, the next pre-mix and the block's output streams against the reference's.
+  static void CheckBlock(const ModelWeights& weights, const MhcDims& dims, int64_t layer,
+                         int64_t num_tokens, std::span<const float> embedded, const MhcGoldens& g,
+                         MhcTallies& tallies) {
+    const int64_t hc = dims.hc_mult;
+    const int64_t dim = dims.hidden_size;
+    const LayerRole& role = weights.plan().layers[layer];
+    const std::string prefix = "layers." + std::to_string(layer) + ".";
+    Result<MhcWeights> hc_attn = GetMhcWeights(weights, prefix + "hc_attn", dims);
+    Result<MhcWeights> hc_ffn = GetMhcWeights(weights, prefix + "hc_ffn", dims);
+    Result<NormWeight> attn_norm = GetNormWeight(weights, prefix + "attn_norm.weight", dim);
+    Result<NormWeight> ffn_norm = GetNormWeight(weights, prefix + "ffn_norm.weight", dim);
+    ASSERT_TRUE(hc_attn.ok() && hc_ffn.ok() && attn_norm.ok() && ffn_norm.ok()) << prefix;
+    std::vector<float> x_mid(hc * dim), collapsed(dim), out(hc * dim);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const bool stable = g.stable(t);
+      // The streams entering the block: the embedding, the previous block's output, or the
+      // Engram-fused streams of this layer (fused before the block, model.md §4.4).
+      const float* x_in = layer == 0 ? &embedded[t * hc * dim]
+                                     : &g.streams_out[((layer - 1) * num_tokens + t) * hc * dim];
+      if (role.engram_slot.has_value()) {
+        x_in = &g.engram_streams[(*role.engram_slot * num_tokens + t) * hc * dim];
+      }
+      const std::span<const float> x(x_in, hc * dim);
+      const std::span<const float> pi_in(&g.pre_mix[(layer * num_tokens + t) * hc], hc);
+      const int64_t row = (layer * num_tokens + t) * dim;
+
+      HcPre(x, pi_in, collapsed);
+      RmsNorm(collapsed, *attn_norm, dims.norm_eps, collapsed);
+      for (int64_t d = 0; d < dim; ++d)
+        tallies.attn_in.Add(collapsed[d], g.attn_in[row + d], stable);
+
+      const MhcMix mix_attn = ComputeMix(x, *hc_attn, dims);
+      HcPost(std::span<const float>(&g.attn_out[row], dim), x, mix_attn, x_mid);
+      const MhcMix mix_ffn = ComputeMix(x_mid, *hc_ffn, dims);
+      const int64_t next_pre = ((layer + 1) * num_tokens + t) * hc;
+      for (int64_t k = 0; k < hc; ++k)
+        tallies.pre.Add(mix_ffn.pre[k], g.pre_mix[next_pre + k], stable);
+
+      HcPre(x_mid, mix_attn.pre_span(), collapsed);
+      RmsNorm(collapsed, *ffn_norm, dims.norm_eps, collapsed);
+      for (int64_t d = 0; d < dim; ++d) tallies.ffn_in.Add(collapsed[d], g.ffn_in[row + d], stable);
+
+      HcPost(std::span<const float>(&g.ffn_out[row], dim), x_mid, mix_ffn, out);
+      const int64_t stream_row = (layer * num_tokens + t) * hc * dim;
+      for (int64_t i = 0; i < hc * dim; ++i) {
+        tallies.streams.Add(out[i], g.streams_out[stream_row + i], stable);
+      }
+    }
+  }
+
+  // The head on the golden last streams: it collapses them with the last FFN pre-mix (pre_mix
+  // row L); the final hidden state and the logits (kernel and scalar reference products).
+  static void CheckHead(const HeadWeights& head, const MhcDims& dims, int64_t num_layers,
+                        int64_t num_tokens, int64_t vocab, const MhcGoldens& g,
+                        MhcTallies& tallies) {
+    const int64_t hc = dims.hc_mult;
+    const int64_t dim = dims.hidden_size;
+    std::vector<float> hidden(num_tokens * dim);
+    FinalHidden(head, dims,
+                std::span<const float>(&g.streams_out[(num_layers - 1) * num_tokens * hc * dim],
+                                       num_tokens * hc * dim),
+                std::span<const float>(&g.pre_mix[num_layers * num_tokens * hc], num_tokens * hc),
+                num_tokens, hidden);
+    std::vector<float> engine_logits(num_tokens * vocab);
+    OwnedExecContext exec(2);
+    HeadLogits(head, hidden, num_tokens, engine_logits, exec.ctx);
+    // The scalar reference product (double accumulation) beside the kernel's fast order.
+    std::vector<float> ref_logits(num_tokens * vocab);
+    LinearRef(head.head, hidden, num_tokens, ref_logits, LinearOptions{});
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const bool stable = g.stable(t);
+      for (int64_t v = 0; v < vocab; ++v) {
+        tallies.ref_logits.Add(ref_logits[t * vocab + v], g.logits[t * vocab + v], stable);
+      }
+      for (int64_t d = 0; d < dim; ++d) {
+        tallies.hidden.Add(hidden[t * dim + d], g.final_hidden[t * dim + d], stable);
+      }
+      for (int64_t v = 0; v < vocab; ++v) {
+        tallies.logits.Add(engine_logits[t * vocab + v], g.logits[t * vocab + v], stable);
+      }
+    }
+  }
+
   std::string case_dir_;
 };
 
@@ -97,109 +207,34 @@ TEST_P(MhcGoldenTest, RebuildsStreamsNormsPreMixesAndLogits) {
   std::vector<int32_t> ids;
   for (int64_t id : ids_npy->ToInt64()) ids.push_back(static_cast<int32_t>(id));
   const int64_t num_tokens = static_cast<int64_t>(ids.size());
-
-  const std::vector<float> stability = Load("stability_gemm32");
-  const std::vector<float> attn_in = Load("attn_in");
-  const std::vector<float> attn_out = Load("attn_out");
-  const std::vector<float> ffn_in = Load("ffn_in");
-  const std::vector<float> ffn_out = Load("ffn_out");
-  const std::vector<float> streams_out = Load("streams_out");
-  const std::vector<float> pre_mix = Load("pre_mix");
-  const std::vector<float> engram_streams = Load("engram_streams");
-  const std::vector<float> final_hidden = Load("final_hidden");
-  const std::vector<float> logits = Load("logits");
-  ASSERT_EQ(static_cast<int64_t>(streams_out.size()), num_layers * num_tokens * hc * dim);
-  ASSERT_EQ(static_cast<int64_t>(pre_mix.size()), (num_layers + 1) * num_tokens * hc);
-  ASSERT_EQ(static_cast<int64_t>(logits.size()), num_tokens * vocab);
+  const MhcGoldens g = LoadGoldens();
+  ASSERT_EQ(static_cast<int64_t>(g.streams_out.size()), num_layers * num_tokens * hc * dim);
+  ASSERT_EQ(static_cast<int64_t>(g.pre_mix.size()), (num_layers + 1) * num_tokens * hc);
+  ASSERT_EQ(static_cast<int64_t>(g.logits.size()), num_tokens * vocab);
 
   Result<HeadWeights> head = GetHeadWeights(weights);
   ASSERT_TRUE(head.ok()) << head.status().ToString();
   std::vector<float> embedded(num_tokens * hc * dim);
   ASSERT_TRUE(EmbedTokens(*head, ids, dims.hc_mult, embedded).ok());
 
-  Tally t_attn_in{"attn_in"}, t_ffn_in{"ffn_in"}, t_streams{"streams_out"}, t_pre{"pre_mix"},
-      t_hidden{"final_hidden"}, t_logits{"logits"};
-  std::vector<float> x_mid(hc * dim), collapsed(dim), out(hc * dim);
+  MhcTallies tallies;
   for (int64_t layer = 0; layer < num_layers; ++layer) {
-    const LayerRole& role = weights.plan().layers[layer];
-    const std::string prefix = "layers." + std::to_string(layer) + ".";
-    Result<MhcWeights> hc_attn = GetMhcWeights(weights, prefix + "hc_attn", dims);
-    Result<MhcWeights> hc_ffn = GetMhcWeights(weights, prefix + "hc_ffn", dims);
-    Result<NormWeight> attn_norm = GetNormWeight(weights, prefix + "attn_norm.weight", dim);
-    Result<NormWeight> ffn_norm = GetNormWeight(weights, prefix + "ffn_norm.weight", dim);
-    ASSERT_TRUE(hc_attn.ok() && hc_ffn.ok() && attn_norm.ok() && ffn_norm.ok()) << prefix;
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      const bool stable = stability[t] <= 1e-4f;
-      // The streams entering the block: the embedding, the previous block's output, or the
-      // Engram-fused streams of this layer (fused before the block, model.md §4.4).
-      const float* x_in = layer == 0 ? &embedded[t * hc * dim]
-                                     : &streams_out[((layer - 1) * num_tokens + t) * hc * dim];
-      if (role.engram_slot.has_value()) {
-        x_in = &engram_streams[(*role.engram_slot * num_tokens + t) * hc * dim];
-      }
-      const std::span<const float> x(x_in, hc * dim);
-      const std::span<const float> pi_in(&pre_mix[(layer * num_tokens + t) * hc], hc);
-      const int64_t row = (layer * num_tokens + t) * dim;
-
-      HcPre(x, pi_in, collapsed);
-      RmsNorm(collapsed, *attn_norm, dims.norm_eps, collapsed);
-      for (int64_t d = 0; d < dim; ++d) t_attn_in.Add(collapsed[d], attn_in[row + d], stable);
-
-      const MhcMix mix_attn = ComputeMix(x, *hc_attn, dims);
-      HcPost(std::span<const float>(&attn_out[row], dim), x, mix_attn, x_mid);
-      const MhcMix mix_ffn = ComputeMix(x_mid, *hc_ffn, dims);
-      const int64_t next_pre = ((layer + 1) * num_tokens + t) * hc;
-      for (int64_t k = 0; k < hc; ++k) t_pre.Add(mix_ffn.pre[k], pre_mix[next_pre + k], stable);
-
-      HcPre(x_mid, mix_attn.pre_span(), collapsed);
-      RmsNorm(collapsed, *ffn_norm, dims.norm_eps, collapsed);
-      for (int64_t d = 0; d < dim; ++d) t_ffn_in.Add(collapsed[d], ffn_in[row + d], stable);
-
-      HcPost(std::span<const float>(&ffn_out[row], dim), x_mid, mix_ffn, out);
-      const int64_t stream_row = (layer * num_tokens + t) * hc * dim;
-      for (int64_t i = 0; i < hc * dim; ++i) {
-        t_streams.Add(out[i], streams_out[stream_row + i], stable);
-      }
-    }
+    CheckBlock(weights, dims, layer, num_tokens, embedded, g, tallies);
+    if (HasFatalFailure()) return;
   }
-
-  // The head collapses the last streams with the last FFN pre-mix (pre_mix row L).
-  std::vector<float> hidden(num_tokens * dim);
-  FinalHidden(*head, dims,
-              std::span<const float>(&streams_out[(num_layers - 1) * num_tokens * hc * dim],
-                                     num_tokens * hc * dim),
-              std::span<const float>(&pre_mix[num_layers * num_tokens * hc], num_tokens * hc),
-              num_tokens, hidden);
-  std::vector<float> engine_logits(num_tokens * vocab);
-  OwnedExecContext exec(2);
-  HeadLogits(*head, hidden, num_tokens, engine_logits, exec.ctx);
-  // The scalar reference product (double accumulation) beside the kernel's fast order.
-  std::vector<float> ref_logits(num_tokens * vocab);
-  LinearRef(head->head, hidden, num_tokens, ref_logits, LinearOptions{});
-  Tally t_ref_logits{"logits (ref)"};
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    const bool stable = stability[t] <= 1e-4f;
-    for (int64_t v = 0; v < vocab; ++v) {
-      t_ref_logits.Add(ref_logits[t * vocab + v], logits[t * vocab + v], stable);
-    }
-    for (int64_t d = 0; d < dim; ++d) {
-      t_hidden.Add(hidden[t * dim + d], final_hidden[t * dim + d], stable);
-    }
-    for (int64_t v = 0; v < vocab; ++v) {
-      t_logits.Add(engine_logits[t * vocab + v], logits[t * vocab + v], stable);
-    }
-  }
+  CheckHead(*head, dims, num_layers, num_tokens, vocab, g, tallies);
 
   std::printf("%s/%s: %lld tokens, %lld layers\n", c.config, c.prompt,
               static_cast<long long>(num_tokens), static_cast<long long>(num_layers));
+  MhcTallies& t = tallies;
   for (const Tally* tally :
-       {&t_attn_in, &t_ffn_in, &t_pre, &t_streams, &t_hidden, &t_logits, &t_ref_logits}) {
+       {&t.attn_in, &t.ffn_in, &t.pre, &t.streams, &t.hidden, &t.logits, &t.ref_logits}) {
     tally->Report();
     EXPECT_EQ(tally->stable_over_tolerance, 0) << tally->what << ": max " << tally->max_stable_diff;
   }
   // Everything but the head GEMM is canonical arithmetic (model.md §12.8) on golden inputs, so it
   // is bit-exact at every position, stable or not; only the logits may carry GEMM-order noise.
-  for (const Tally* tally : {&t_attn_in, &t_ffn_in, &t_pre, &t_streams, &t_hidden}) {
+  for (const Tally* tally : {&t.attn_in, &t.ffn_in, &t.pre, &t.streams, &t.hidden}) {
     EXPECT_EQ(tally->exact, tally->values) << tally->what << ": max diff " << tally->max_diff;
   }
 }
