@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "config/engram_primes.h"
+#include "kernels/index_score_tile.h"
 
 namespace dsv41 {
 namespace {
@@ -196,6 +197,8 @@ std::optional<ConfigIssue> CheckShapes(const ModelConfig& c) {
     DSV41_RULE(c.index_head_dim >= 1 && c.index_head_dim % 32 == 0, "index_head_dim",
                "%d is not a positive multiple of 32 (FP4 fake-quant blocks of index keys)",
                c.index_head_dim);
+    DSV41_RULE(c.index_head_dim <= static_cast<int32_t>(kIndexKeyMaxDim), "index_head_dim",
+               "%d; the indexer's key tiles hold at most %zu", c.index_head_dim, kIndexKeyMaxDim);
     DSV41_RULE(c.qk_rope_head_dim <= c.index_head_dim, "qk_rope_head_dim",
                "%d > index_head_dim %d; the indexer rotates its last qk_rope_head_dim dims",
                c.qk_rope_head_dim, c.index_head_dim);

@@ -586,6 +586,8 @@ const RuleCase kRuleCases[] = {
      "head_dim: 496 is not a multiple of 32"},
     {"IndexHeadDimNotBlockMultiple", [](ModelConfig& c) { c.index_head_dim = 112; },
      "index_head_dim: 112 is not a positive multiple of 32"},
+    {"IndexHeadDimPastTheKeyTile", [](ModelConfig& c) { c.index_head_dim = 1056; },
+     "index_head_dim: 1056; the indexer's key tiles hold at most 1024"},
     {"ExpertsPerTokenAboveExperts", [](ModelConfig& c) { c.num_experts_per_tok = 385; },
      "num_experts_per_tok: 385"},
     {"NoVocab", [](ModelConfig& c) { c.vocab_size = 0; }, "vocab_size: 0"},

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "base/check.h"
-#include "kernels/exact_sum.h"
 #include "numerics/arith.h"
 #include "numerics/codecs.h"
 
@@ -53,33 +52,6 @@ inline int32_t OrderKey(float v) {
 HWY_BEFORE_NAMESPACE();
 namespace dsv41::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Per entry: the head dots (ExactDotSimd), then relu, the weight and both bf16 roundings across
-// heads in vectors, then the exact head sum.
-void IndexerScoreEntries(const float* q, const float* w, size_t heads, size_t dim,
-                         const float* keys, size_t entries, float* scores, float* terms) {
-  const hn::ScalableTag<float> df;
-  const size_t nf = hn::Lanes(df);
-  const auto zero = hn::Zero(df);
-  for (size_t e = 0; e < entries; ++e) {
-    const std::span<const float> key(keys + e * dim, dim);
-    for (size_t h = 0; h < heads; ++h) {
-      terms[h] = ExactDotSimd(std::span<const float>(q + h * dim, dim), key);
-    }
-    size_t h = 0;
-    for (; h + nf <= heads; h += nf) {
-      const auto dot = Bf16RoundLanes(df, hn::LoadU(df, terms + h));
-      const auto relu = hn::IfThenElse(hn::Gt(dot, zero), dot, zero);
-      hn::StoreU(Bf16RoundLanes(df, hn::Mul(hn::LoadU(df, w + h), relu)), df, terms + h);
-    }
-    for (; h < heads; ++h) {
-      const float dot = Bf16Round(terms[h]);
-      const float relu = dot > 0.0f ? dot : 0.0f;
-      terms[h] = Bf16Round(w[h] * relu);
-    }
-    scores[e] = Bf16Round(ExactSumSimd(std::span<const float>(terms, heads)));
-  }
-}
 
 // scratch[i] = OrderKey(scores[i]).
 void TopKOrderKeys(const float* scores, size_t n, int32_t* keys) {
@@ -155,7 +127,6 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace dsv41 {
-HWY_EXPORT(IndexerScoreEntries);
 HWY_EXPORT(TopKOrderKeys);
 HWY_EXPORT(TopKCountAbove);
 HWY_EXPORT(TopKCollect);
@@ -174,16 +145,6 @@ void IndexerScoresRef(std::span<const float> q, std::span<const float> w,
     }
     scores[e] = Bf16Round(ExactSum(terms));
   }
-}
-
-void IndexerScoresSimd(std::span<const float> q, std::span<const float> w,
-                       std::span<const float> keys, std::span<float> scores,
-                       std::span<float> scratch) {
-  const size_t dim = indexer_topk_internal::CheckScores(q, w, keys, scores);
-  DSV41_CHECK(scratch.size() >= w.size(), "indexer scores: scratch %zu for %zu heads",
-              scratch.size(), w.size());
-  HWY_DYNAMIC_DISPATCH(IndexerScoreEntries)
-  (q.data(), w.data(), w.size(), dim, keys.data(), scores.size(), scores.data(), scratch.data());
 }
 
 int32_t TopKAscendingRef(std::span<const float> scores, int32_t k, std::span<int32_t> scratch,

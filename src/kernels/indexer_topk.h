@@ -1,8 +1,8 @@
 #pragma once
 
 // The model-agnostic halves of the lightning indexer (model.md §7.5 steps 3 and 6): the score of
-// one query against many index keys, and the top-k entry list. Each has a scalar reference and a
-// twin with the same results.
+// one query against many index keys (the scalar reference of index_score_tile.h's kernel), and the
+// top-k entry list (a reference and a twin with the same results).
 
 #include <cstdint>
 #include <span>
@@ -15,10 +15,7 @@ namespace dsv41 {
 // to bf16; relu(x) = x > 0 ? x : +0. q: [heads, dim], keys: [scores.size(), dim].
 void IndexerScoresRef(std::span<const float> q, std::span<const float> w,
                       std::span<const float> keys, std::span<float> scores);
-// The same; scratch holds at least w.size() floats.
-void IndexerScoresSimd(std::span<const float> q, std::span<const float> w,
-                       std::span<const float> keys, std::span<float> scores,
-                       std::span<float> scratch);
+// The forward scores with IndexerScoresTile (index_score_tile.h), which has these bits.
 
 // Step 6: the indices of the min(k, n) highest of n = scores.size() scores, ties to the lower
 // index, written to out[0 .. min(k, n)) in ascending index order (returns that count; k < 0 counts

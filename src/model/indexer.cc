@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "kernels/index_score_tile.h"
 #include "kernels/indexer_topk.h"
 #include "kernels/rope.h"
 #include "model/linear_weight.h"
@@ -21,8 +22,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // Floor division (model.md §7.5: (0 − 1) // 8 = −1).
 int32_t FloorDiv(int32_t a, int32_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-// Entries scored per ParallelFor item (decode has one token but many entries).
-constexpr int32_t kScoreEntryBlock = 256;
+// Tokens per scoring item (a prefill chunk's rows share each decoded key tile).
+constexpr int64_t kScoreTokenChunk = 16;
+constexpr int32_t kTile = static_cast<int32_t>(kIndexKeyTileEntries);
 
 }  // namespace
 
@@ -150,21 +152,11 @@ void DrawPublishedState(const ModelConfig& config, const LayerRole& role,
   }
 }
 
-// The index keys of a request's first `n` entries of its kv source, decoded into `keys`
-// ([n, head_dim]).
-void GatherIndexKeys(const KvCacheView& cache, const KvSourcePlaces& source, const BatchRequest& r,
-                     int32_t n, int64_t head_dim, std::span<float> keys) {
-  const std::span<const uint32_t> table = r.block_tables[source.kv.group_idx];
-  for (int32_t e = 0; e < n; ++e) {
-    DecodeIndexRow(cache.RowAt(source.index, table, e),
-                   keys.subspan(static_cast<size_t>(e) * head_dim, head_dim));
-  }
-}
-
 // One request's view of the step's indexer queries: its rows of qi and w and its entry count.
 struct RequestQueries {
-  const float* qi;  // [num_tokens, num_heads * head_dim]
-  const float* w;   // [num_tokens, num_heads]
+  const float* qi;                      // [num_tokens, num_heads * head_dim]
+  const float* w;                       // [num_tokens, num_heads]
+  std::span<const uint8_t> head_exact;  // [num_tokens, num_heads]: IndexerQueryHeadsExact
   int64_t num_heads;
   int64_t head_dim;
   int32_t start_pos;
@@ -172,34 +164,85 @@ struct RequestQueries {
   int32_t num_entries;  // n: the entries visible to the request's last token
 };
 
-// Steps 3–4: scores[t, n] over the visible entries, −inf elsewhere. Items are (token, block of
-// kScoreEntryBlock entries); each score is computed by one item, so the split never matters.
-// `terms_of` holds num_heads floats per pool thread.
-void ScoreEntries(const RequestQueries& q, int64_t t_req, std::span<const float> keys,
-                  std::span<float> scores, std::span<float> terms_of, ExecContext& ctx) {
+// Where a request's index keys lie: its kv source's index rows through its block table.
+struct ScoreSource {
+  const KvCacheView* cache;
+  const KvRowPlace* place;
+  std::span<const uint32_t> table;
+};
+
+// Steps 3–4 straight from the paged index-key rows: scores[t, n] over the visible entries, −inf
+// elsewhere (and where a candidate filter's mask, when given, rules out a whole tile). Items are
+// (chunk of kScoreTokenChunk tokens, tile of kIndexKeyTileEntries entries) pairs, enumerated
+// chunk by chunk over the tiles the chunk's last token sees, so the threads get equal shares of a
+// prefill's triangle; each tile is decoded once per item and each score is computed by one item
+// (IndexerScoresTile has the reference's bits), so the split never matters.
+void ScoreEntries(const RequestQueries& q, int64_t t_req, const ScoreSource& source,
+                  std::span<const uint8_t> filter_mask, std::span<float> scores,
+                  std::span<IndexKeyTile> tiles, std::span<float> scratch_of, ExecContext& ctx) {
   const int32_t n = q.num_entries;
   const int64_t num_heads = q.num_heads;
   const int64_t head_dim = q.head_dim;
+  const size_t scratch_floats = IndexerScoresTileScratch(num_heads, head_dim);
   std::fill(scores.begin(), scores.end(), -kInf);
-  const int64_t entry_blocks = (n + kScoreEntryBlock - 1) / kScoreEntryBlock;
+  const int64_t num_chunks = (t_req + kScoreTokenChunk - 1) / kScoreTokenChunk;
+  ArenaScope scope(ctx.arena);
+  std::span<int64_t> first_item = ctx.arena.Alloc<int64_t>(num_chunks + 1);
+  first_item[0] = 0;
+  for (int64_t c = 0; c < num_chunks; ++c) {
+    const int64_t last = std::min(t_req, (c + 1) * kScoreTokenChunk) - 1;
+    const int32_t visible = (q.start_pos + static_cast<int32_t>(last) + 1) / q.ratio;
+    const int64_t num_tiles = (visible + kTile - 1) / kTile;
+    first_item[c + 1] = first_item[c] + num_tiles;
+  }
   auto score_items = [&](int64_t begin, int64_t end, int thread_idx) {
-    float* terms = terms_of.data() + static_cast<size_t>(thread_idx) * num_heads;
+    IndexKeyTile& tile = tiles[static_cast<size_t>(thread_idx)];
+    const std::span<float> scratch =
+        scratch_of.subspan(thread_idx * scratch_floats, scratch_floats);
+    int64_t c =
+        std::upper_bound(first_item.begin(), first_item.end(), begin) - first_item.begin() - 1;
+    const std::byte* rows[kIndexKeyTileEntries];
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / entry_blocks;
-      const int32_t visible = (q.start_pos + static_cast<int32_t>(t) + 1) / q.ratio;
-      const int32_t e_begin = static_cast<int32_t>(item % entry_blocks) * kScoreEntryBlock;
-      const int32_t e_end = std::min(visible, e_begin + kScoreEntryBlock);
-      if (e_end <= e_begin) continue;
-      const size_t count = static_cast<size_t>(e_end - e_begin);
-      IndexerScoresSimd(
-          std::span<const float>(q.qi + t * num_heads * head_dim, num_heads * head_dim),
-          std::span<const float>(q.w + t * num_heads, num_heads),
-          keys.subspan(static_cast<size_t>(e_begin) * head_dim, count * head_dim),
-          scores.subspan(t * n + e_begin, count),
-          std::span<float>(terms, static_cast<size_t>(num_heads)));
+      while (item >= first_item[c + 1]) ++c;
+      const int64_t t_begin = c * kScoreTokenChunk;
+      const int64_t t_end = std::min(t_req, t_begin + kScoreTokenChunk);
+      const int32_t chunk_visible = (q.start_pos + static_cast<int32_t>(t_end)) / q.ratio;
+      const int32_t e_begin = static_cast<int32_t>((item - first_item[c]) * kTile);
+      const int32_t e_count = std::min<int32_t>(kTile, chunk_visible - e_begin);
+      for (int32_t i = 0; i < e_count; ++i) {
+        rows[i] = source.cache->RowAt(*source.place, source.table, e_begin + i);
+      }
+      DecodeIndexKeyTile(std::span<const std::byte* const>(rows, static_cast<size_t>(e_count)),
+                         static_cast<size_t>(head_dim), tile);
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        const int32_t visible = (q.start_pos + static_cast<int32_t>(t) + 1) / q.ratio;
+        const int32_t count = std::min(e_count, visible - e_begin);
+        if (count <= 0) continue;
+        if (!filter_mask.empty()) {
+          const auto mask = filter_mask.subspan(t * n + e_begin, count);
+          if (std::none_of(mask.begin(), mask.end(), [](uint8_t m) { return m != 0; })) continue;
+        }
+        IndexerScoresTile(
+            std::span<const float>(q.qi + t * num_heads * head_dim, num_heads * head_dim),
+            std::span<const float>(q.w + t * num_heads, num_heads),
+            q.head_exact.subspan(t * num_heads, num_heads), tile,
+            scores.subspan(t * n + e_begin, count), scratch);
+      }
     }
   };
-  ctx.pool.ParallelFor(t_req * entry_blocks, 1, score_items);
+  ctx.pool.ParallelFor(first_item[num_chunks], 1, score_items);
+}
+
+// A candidate filter's mask over [t_req, n] when it can skip tiles before scoring (the checks are
+// ApplyCandidateLevel's); empty otherwise.
+std::span<const uint8_t> FilterMask(const ModelConfig& config, const LayerRole& role,
+                                    const IndexerForwardState& state, int32_t n, int64_t t_req) {
+  if (role.candidate_mode != CandidateMode::kFilter) return {};
+  const int32_t source = config.candidate_source_layer_id;
+  if (source < 0 || static_cast<size_t>(source) >= state.candidates.size()) return {};
+  const IndexerForwardState::Candidates& cand = state.candidates[source];
+  if (cand.num_entries != n || cand.mask.size() != static_cast<size_t>(t_req) * n) return {};
+  return cand.mask;
 }
 
 // Step 5: a candidate source publishes its mask; a candidate filter sets the scores outside its
@@ -320,24 +363,36 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
   std::span<float> w = arena.Alloc<float>(t_count * num_heads);
   ProjectQueries(x, qr, requests, qi, w, ctx);
 
-  // Per-thread head terms, drawn before the parallel regions.
-  std::span<float> terms_of = arena.Alloc<float>(ctx.pool.num_threads() * num_heads);
+  // Which query heads the tiled scores may take (fq4 queries: all of them).
+  std::span<uint8_t> head_exact = arena.Alloc<uint8_t>(t_count * num_heads);
+  for (int64_t row = 0; row < t_count; ++row) {
+    IndexerQueryHeadsExact(qi.subspan(row * num_heads * head_dim, num_heads * head_dim), num_heads,
+                           head_exact.subspan(row * num_heads, num_heads));
+  }
+  // Per-thread key tiles and scratch, drawn before the parallel regions.
+  const int num_threads = ctx.pool.num_threads();
+  std::span<IndexKeyTile> tiles = arena.Alloc<IndexKeyTile>(num_threads);
+  std::span<float> scratch_of =
+      arena.Alloc<float>(num_threads * IndexerScoresTileScratch(num_heads, head_dim));
   for (size_t i = 0; i < requests.size(); ++i) {
     ArenaScope request_scope(arena);
     const BatchRequest& r = requests[i];
     const int64_t t_req = r.num_tokens;
-    const RequestQueries q{.qi = qi.data() + r.first_row * num_heads * head_dim,
-                           .w = w.data() + r.first_row * num_heads,
-                           .num_heads = num_heads,
-                           .head_dim = head_dim,
-                           .start_pos = r.start_pos,
-                           .ratio = role_.ratio,
-                           .num_entries = (r.start_pos + r.num_tokens) / role_.ratio};
+    const RequestQueries q{
+        .qi = qi.data() + r.first_row * num_heads * head_dim,
+        .w = w.data() + r.first_row * num_heads,
+        .head_exact = head_exact.subspan(r.first_row * num_heads, t_req * num_heads),
+        .num_heads = num_heads,
+        .head_dim = head_dim,
+        .start_pos = r.start_pos,
+        .ratio = role_.ratio,
+        .num_entries = (r.start_pos + r.num_tokens) / role_.ratio};
     const int32_t n = q.num_entries;
-    std::span<float> keys = arena.Alloc<float>(static_cast<size_t>(n) * head_dim);
-    GatherIndexKeys(cache, source, r, n, head_dim, keys);
     std::span<float> scores = arena.Alloc<float>(t_req * static_cast<int64_t>(n));
-    ScoreEntries(q, t_req, keys, scores, terms_of, ctx);
+    const ScoreSource keys{
+        .cache = &cache, .place = &source.index, .table = r.block_tables[source.kv.group_idx]};
+    ScoreEntries(q, t_req, keys, FilterMask(config_, role_, states[i], n, t_req), scores, tiles,
+                 scratch_of, ctx);
     IndexerForwardState& state = states[i];
     ApplyCandidateLevel(config_, role_, q, t_req, state, scores);
     const std::span<uint8_t> tie =
