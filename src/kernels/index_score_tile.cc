@@ -203,8 +203,11 @@ void ScoreTile(const float* q, const float* w, const uint8_t* head_exact, size_t
       for (size_t h = 0; h < heads; ++h) key[h] = terms[h * ist::kLanes + l];
       dot[l] = ExactSum(std::span<const float>(key, heads));
     }
-    scores[l] = Bf16Round(dot[l]);
   }
+  for (size_t l0 = 0; l0 < ist::kLanes; l0 += nf) {
+    hn::Store(Bf16RoundLanes(df, hn::Load(df, dot + l0)), df, dot + l0);
+  }
+  std::copy_n(dot, count, scores);
 #else
   // No double vectors: every lane through the exact accumulator, term by term as the reference.
   for (size_t l = 0; l < count; ++l) {
@@ -227,6 +230,10 @@ namespace dsv41 {
 HWY_EXPORT(ScoreTile);
 
 namespace {
+
+// F32FromE2m1 of every code.
+constexpr float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 // The exponent of v's largest bit and of its lowest set bit (v finite and nonzero).
 void BitRange(float v, int32_t& top, int32_t& low) {
@@ -260,14 +267,18 @@ void DecodeIndexKeyTile(std::span<const std::byte* const> rows, size_t dim, Inde
       continue;
     }
     const auto* bytes = reinterpret_cast<const uint8_t*>(rows[l]);
-    for (size_t d = 0; d < dim; ++d) {
-      tile.values[d * kLanes + l] = F32FromE2m1(E2m1CodeAt(bytes, static_cast<int64_t>(d)));
+    float* values = tile.values + l;
+    for (size_t i = 0; i < dim / 2; ++i) {
+      values[(2 * i) * kLanes] = kE2m1Values[bytes[i] & 0x0F];
+      values[(2 * i + 1) * kLanes] = kE2m1Values[bytes[i] >> 4];
     }
     for (size_t b = 0; b < blocks; ++b) {
       const uint8_t code = bytes[dim / 2 + b];
       const int32_t exponent = static_cast<int32_t>(code) - 127;
       tile.exponents[b * kLanes + l] = exponent;
-      tile.scales[b * kLanes + l] = std::ldexp(1.0, exponent);
+      // 2^exponent (−127..128) as a double, built from its bits; the fp32 the reference uses.
+      tile.scales[b * kLanes + l] =
+          std::bit_cast<double>(static_cast<uint64_t>(exponent + 1023) << 52);
       tile.fp32_scales[b * kLanes + l] = F32FromE8m0(code);
       // 6 · 2^exponent must stay below 2^128 for the fp32 keys to be finite.
       if (code >= 253) tile.force_exact[l] = 1;
