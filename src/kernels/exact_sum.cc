@@ -166,16 +166,21 @@ inline bool RoundExact(double sum, float* out) {
   return true;
 }
 
-float DotSimd(const float* a, const float* b, size_t n) {
+// The two vector tiers of the exact dot: true and the answer in *out when one decides. Reads `a`
+// and `b` only through unaligned vector loads and byte copies, so `a` may sit at any address.
+bool DotTiers(const float* a, const float* b, size_t n, float* out) {
+  if (n == 0) return false;
   double t;
   int64_t steps, lanes;
   const double s = SumTerms<Term::kProduct>(a, b, n, &t, &steps, &lanes);
-  float out;
-  if (n > 0 && Decide(s, Bound(steps, lanes, t), &out)) return out;
+  if (Decide(s, Bound(steps, lanes, t), out)) return true;
   double exact;
-  if (n > 0 && ExactInDouble<Term::kProduct>(a, b, n, &exact) && RoundExact(exact, &out)) {
-    return out;
-  }
+  return ExactInDouble<Term::kProduct>(a, b, n, &exact) && RoundExact(exact, out);
+}
+
+float DotSimd(const float* a, const float* b, size_t n) {
+  float out;
+  if (DotTiers(a, b, n, &out)) return out;
   return ExactDot(std::span<const float>(a, n), std::span<const float>(b, n));
 }
 
@@ -260,6 +265,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace dsv41 {
 HWY_EXPORT(DotSimd);
+HWY_EXPORT(DotTiers);
 HWY_EXPORT(SumSimd);
 HWY_EXPORT(MeanSquareSimd);
 HWY_EXPORT(ColumnsSimd);
@@ -267,6 +273,24 @@ HWY_EXPORT(ColumnsSimd);
 float ExactDotSimd(std::span<const float> a, std::span<const float> b) {
   DSV41_CHECK(a.size() == b.size(), "dot of %zu and %zu values", a.size(), b.size());
   return HWY_DYNAMIC_DISPATCH(DotSimd)(a.data(), b.data(), a.size());
+}
+
+float ExactDotUnalignedSimd(std::span<const std::byte> a, std::span<const float> b) {
+  DSV41_CHECK(a.size() == b.size() * sizeof(float), "dot of %zu bytes and %zu values", a.size(),
+              b.size());
+  float out;
+  // The vector tiers read `a` through unaligned loads only; the exact accumulator by copies.
+  if (HWY_DYNAMIC_DISPATCH(DotTiers)(reinterpret_cast<const float*>(a.data()), b.data(),
+                                     b.size(), &out)) {
+    return out;
+  }
+  ExactAccumulator acc;
+  for (size_t i = 0; i < b.size(); ++i) {
+    float value;
+    std::memcpy(&value, a.data() + i * sizeof(float), sizeof(value));
+    acc.AddProduct(value, b[i]);
+  }
+  return acc.Round();
 }
 
 void ExactDotColumnsSimd(std::span<const float> w, std::span<const float* const> rows,

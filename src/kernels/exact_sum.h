@@ -20,6 +20,9 @@ namespace dsv41 {
 
 // fp32(Σ a[i]·b[i]), exactly rounded: ExactDot. a.size() == b.size() (checked).
 float ExactDotSimd(std::span<const float> a, std::span<const float> b);
+// The same with `a` given as the bytes of b.size() fp32 values at any address (a mapped
+// checkpoint tensor, which safetensors does not align).
+float ExactDotUnalignedSimd(std::span<const std::byte> a, std::span<const float> b);
 
 // out[d] = fp32(Σ_i w[i]·rows[i][d]) for d < out.size(), each exactly rounded: ExactDotColumn for
 // every column (the value product of attention over cached rows). rows.size() == w.size().

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -93,6 +94,36 @@ TEST(ExactSumSimdTest, EqualsScalarTwinsOnLongAndCancellingSums) {
       ASSERT_EQ(Bits(ExactDotSimd(c, d)), Bits(ExactDot(c, d))) << n;
       ASSERT_EQ(Bits(ExactSumSimd(c)), Bits(ExactSum(c))) << n;
     });
+  }
+}
+
+// The fp32 operand as bytes at every byte offset (a mapped tensor), over lengths, cancelling and
+// special cases: ExactDot's bits, on every target.
+TEST(ExactSumSimdTest, UnalignedBytesGiveExactDot) {
+  std::mt19937 rng(3);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t n : {0u, 1u, 7u, 33u, 100u, 4096u}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> a = Draw(n, rng, -30, 50, false);
+      std::vector<float> b = Draw(n, rng, -8, 12, true);
+      if (kind == 1 && n > 1) {  // exact cancellation but for one tiny product
+        for (size_t i = n / 2; i < n; ++i) a[i] = -a[i - n / 2], b[i] = b[i - n / 2];
+        a[0] = 0x1p-60f;
+      }
+      if (kind == 2 && n > 0) a[n / 2] = inf;
+      const float want = ExactDot(a, b);
+      for (size_t offset = 0; offset < 4; ++offset) {
+        std::vector<std::byte> bytes(offset + n * sizeof(float));
+        std::memcpy(bytes.data() + offset, a.data(), n * sizeof(float));
+        const std::span<const std::byte> view(bytes.data() + offset, n * sizeof(float));
+        SCOPED_TRACE("n " + std::to_string(n) + " kind " + std::to_string(kind) + " offset " +
+                     std::to_string(offset));
+        ForEachTarget([&] {
+          const float got = ExactDotUnalignedSimd(view, b);
+          ASSERT_TRUE(Bits(got) == Bits(want) || (std::isnan(got) && std::isnan(want)));
+        });
+      }
+    }
   }
 }
 

@@ -40,61 +40,12 @@ Result<std::span<const std::byte>> GetF32(const ModelWeights& weights, const std
   return view.bytes;
 }
 
-float SlowMixDot(std::span<const std::byte> fn, std::span<const float> x) {
-  ExactAccumulator acc;
-  for (size_t d = 0; d < x.size(); ++d) acc.AddProduct(LoadF32(fn, d), x[d]);
-  return acc.Round();
-}
-
-bool IsBf16Value(float v) { return (std::bit_cast<uint32_t>(v) & 0xFFFFu) == 0; }
-
 }  // namespace
 
 float MixDot(std::span<const std::byte> fn, std::span<const float> x) {
   DSV41_CHECK(fn.size() == x.size() * sizeof(float), "MixDot: %zu fn bytes for %zu values",
               fn.size(), x.size());
-  // The mapped fp32 weights as floats where they are aligned (safetensors does not promise it).
-  if (reinterpret_cast<uintptr_t>(fn.data()) % alignof(float) == 0) {
-    return ExactDotSimd(std::span<const float>(reinterpret_cast<const float*>(fn.data()), x.size()),
-                        x);
-  }
-  // A bf16 value (8 significant bits) times an fp32 value (24) has at most 32 significant bits, so
-  // the products of one double exponent e are multiples of 2^(e−31) below 2^(e+1): up to 2^21 of
-  // them add exactly in a double (53 bits). Products in 2^±100 are binned so; each bin's exact sum
-  // is then split into three fp32 values (exact: 3·24 bits >= 53, no fp32 over- or underflow in
-  // that range) for the exact accumulator. Anything else (x not bf16, more than 2^21 terms, a
-  // product outside the range, infinities, NaN, an all-zero sum and its sign) takes the plain exact
-  // path.
-  constexpr int kLowField = 1023 - 100;
-  constexpr int kHighField = 1023 + 100;
-  if (x.size() > (size_t{1} << 21)) return SlowMixDot(fn, x);
-  for (const float v : x) {
-    if (!IsBf16Value(v)) return SlowMixDot(fn, x);
-  }
-  std::array<double, kHighField - kLowField + 1> sums{};
-  bool any_term = false;
-  for (size_t d = 0; d < x.size(); ++d) {
-    const double product = static_cast<double>(LoadF32(fn, d)) * static_cast<double>(x[d]);
-    if (product == 0.0) continue;
-    const int field = static_cast<int>((std::bit_cast<uint64_t>(product) >> 52) & 0x7FF);
-    if (field < kLowField || field > kHighField) return SlowMixDot(fn, x);
-    sums[field - kLowField] += product;
-    any_term = true;
-  }
-  if (!any_term) return SlowMixDot(fn, x);
-  ExactAccumulator acc;
-  for (const double sum : sums) {
-    if (sum == 0.0) continue;
-    const float hi = static_cast<float>(sum);
-    const double rest = sum - static_cast<double>(hi);  // exact: below half an fp32 ulp of hi
-    const float mid = static_cast<float>(rest);
-    const float lo = static_cast<float>(rest - static_cast<double>(mid));
-    DSV41_DCHECK(rest - static_cast<double>(mid) == static_cast<double>(lo), "split of %a", sum);
-    acc.Add(hi);
-    acc.Add(mid);
-    acc.Add(lo);
-  }
-  return acc.Round();
+  return ExactDotUnalignedSimd(fn, x);
 }
 
 MhcDims MhcDimsFromConfig(const ModelConfig& config) {

@@ -87,10 +87,8 @@ void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeigh
 void SinkhornNormalize(std::span<float> c, int32_t n, int32_t iters, float eps);
 
 // fp32(Σ_d fn[d]·x[d]) with the products and the sum exact and one rounding: the value of
-// ExactDot (model.md §4.2 step 3) over fn given as fp32 little-endian bytes (fn.size() ==
-// 4·x.size()). When every x[d] is a bf16 value (the streams always are) the products, which then
-// have at most 32 significant bits, are summed exactly in double per product exponent and only the
-// per-exponent sums go through the exact accumulator; otherwise every product does.
+// ExactDot (model.md §4.2 step 3) over fn given as fp32 little-endian bytes at any address
+// (fn.size() == 4·x.size()), through the vector tiers of ExactDotUnalignedSimd.
 float MixDot(std::span<const std::byte> fn, std::span<const float> x);
 
 // HcPre of each of `rows` tokens with its own weights pre [rows, hc_mult] (the incoming pi or an
