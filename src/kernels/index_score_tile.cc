@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "base/check.h"
 #include "numerics/arith.h"
@@ -145,6 +146,37 @@ void HeadSpreadOk(const float* terms, size_t heads, int32_t spread, int32_t* ok)
   }
 }
 
+// values[d][lane] = the E2M1 value of element d of staged row `lane` (rows of stride_words
+// 32-bit words holding the packed codes, element 2k in the low nibble of byte k): one gather of
+// a word per lane gives eight elements, each built from its code's bits.
+void DecodeTileValues(const uint32_t* staged, size_t stride_words, size_t dim, float* values) {
+  const TileF df;
+  const TileI di;
+  const hn::RebindToUnsigned<TileF> du;
+  const size_t nf = hn::Lanes(df);
+  const auto three = hn::Set(du, 3u), one = hn::Set(du, 1u), nibble = hn::Set(du, 0xFu);
+  const auto half = hn::Set(du, 0x3F000000u), bias = hn::Set(du, 126u), sign = hn::Set(du, 8u);
+  const int32_t* words = reinterpret_cast<const int32_t*>(staged);
+  for (size_t l0 = 0; l0 < ist::kLanes; l0 += nf) {
+    const auto offsets = hn::Mul(hn::Iota(di, static_cast<int32_t>(l0)),
+                                 hn::Set(di, static_cast<int32_t>(stride_words)));
+    for (size_t w = 0; w < dim / 8; ++w) {
+      const auto packed = hn::BitCast(du, hn::GatherIndex(di, words + w, offsets));
+      for (int k = 0; k < 8; ++k) {
+        const auto code = hn::And(hn::ShiftRightSame(packed, 4 * k), nibble);
+        const auto e = hn::And(hn::ShiftRight<1>(code), three);
+        const auto m = hn::And(code, one);
+        // 2^(e−1) · (1 + m/2) for e > 0; m · 0.5 for e = 0; the sign from bit 3.
+        const auto normal = hn::Or(hn::ShiftLeft<23>(hn::Add(e, bias)), hn::ShiftLeft<22>(m));
+        const auto small = hn::IfThenElseZero(hn::Eq(m, one), half);
+        const auto magnitude = hn::IfThenElse(hn::Eq(e, hn::Zero(du)), small, normal);
+        const auto bits = hn::Or(magnitude, hn::ShiftLeft<28>(hn::And(code, sign)));
+        hn::StoreU(hn::BitCast(df, bits), df, values + (8 * w + k) * ist::kLanes + l0);
+      }
+    }
+  }
+}
+
 void ScoreTile(const float* q, const float* w, const uint8_t* head_exact, size_t heads,
                const IndexKeyTile& tile, size_t count, float* scores, float* scratch) {
   const size_t dim = tile.dim;
@@ -228,12 +260,9 @@ HWY_AFTER_NAMESPACE();
 namespace dsv41 {
 
 HWY_EXPORT(ScoreTile);
+HWY_EXPORT(DecodeTileValues);
 
 namespace {
-
-// F32FromE2m1 of every code.
-constexpr float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 // The exponent of v's largest bit and of its lowest set bit (v finite and nonzero).
 void BitRange(float v, int32_t& top, int32_t& low) {
@@ -255,10 +284,22 @@ void DecodeIndexKeyTile(std::span<const std::byte* const> rows, size_t dim, Inde
   tile.dim = dim;
   tile.count = rows.size();
   const size_t blocks = dim / kIndexKeyBlock;
+  // The rows' packed codes side by side (dim / 2 bytes each, a whole number of words since dim is
+  // a multiple of 32), zeros for the lanes past the rows; then one vector pass decodes them.
+  const size_t stride_words = dim / 8;
+  uint32_t staged[kLanes * kIndexKeyMaxDim / 8];
+  for (size_t l = 0; l < kLanes; ++l) {
+    uint32_t* dst = staged + l * stride_words;
+    if (l < rows.size()) {
+      std::memcpy(dst, rows[l], dim / 2);
+    } else {
+      std::fill_n(dst, stride_words, 0u);
+    }
+  }
+  HWY_DYNAMIC_DISPATCH(DecodeTileValues)(staged, stride_words, dim, tile.values);
   for (size_t l = 0; l < kLanes; ++l) {
     tile.force_exact[l] = 0;
     if (l >= rows.size()) {
-      for (size_t d = 0; d < dim; ++d) tile.values[d * kLanes + l] = 0.0f;
       for (size_t b = 0; b < blocks; ++b) {
         tile.exponents[b * kLanes + l] = 0;
         tile.scales[b * kLanes + l] = 1.0;
@@ -267,11 +308,6 @@ void DecodeIndexKeyTile(std::span<const std::byte* const> rows, size_t dim, Inde
       continue;
     }
     const auto* bytes = reinterpret_cast<const uint8_t*>(rows[l]);
-    float* values = tile.values + l;
-    for (size_t i = 0; i < dim / 2; ++i) {
-      values[(2 * i) * kLanes] = kE2m1Values[bytes[i] & 0x0F];
-      values[(2 * i + 1) * kLanes] = kE2m1Values[bytes[i] >> 4];
-    }
     for (size_t b = 0; b < blocks; ++b) {
       const uint8_t code = bytes[dim / 2 + b];
       const int32_t exponent = static_cast<int32_t>(code) - 127;

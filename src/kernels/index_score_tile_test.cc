@@ -91,7 +91,6 @@ void CheckCase(const TileCase& c, uint32_t seed) {
   std::vector<const std::byte*> row_ptrs;
   for (const auto& row : rows) row_ptrs.push_back(row.data());
   auto tile = std::make_unique<IndexKeyTile>();
-  DecodeIndexKeyTile(row_ptrs, c.dim, *tile);
   std::vector<uint8_t> head_exact(c.heads);
   IndexerQueryHeadsExact(q, c.heads, head_exact);
   if (c.fq4_query) {
@@ -101,6 +100,7 @@ void CheckCase(const TileCase& c, uint32_t seed) {
   for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     std::vector<float> got(c.count, -7.0f);
+    DecodeIndexKeyTile(row_ptrs, c.dim, *tile);
     IndexerScoresTile(q, w, head_exact, *tile, got, scratch);
     for (size_t e = 0; e < c.count; ++e) {
       ASSERT_TRUE(SameScore(got[e], want[e]))
@@ -188,6 +188,41 @@ TEST(IndexerScoresTileTest, HeadTermsTooFarApartTakeTheExactSum) {
   const auto [got, want] = ScoreOne(q, {1.0f, 0x1p-8f, 0x1p-24f, 0x1p-60f}, codes, scales);
   EXPECT_EQ(want, 1.0f + 0x1p-7f);
   EXPECT_EQ(got, want);
+}
+
+// Every E2M1 code at every element position of every lane decodes to F32FromE2m1 (signed zero
+// included), the lanes past the rows to +0, on every target.
+TEST(IndexKeyTileTest, DecodesEveryCodeAtEveryPosition) {
+  const size_t dim = 64;
+  std::vector<std::vector<std::byte>> rows;
+  std::vector<std::vector<uint8_t>> codes_of;
+  for (size_t l = 0; l < 11; ++l) {
+    std::vector<uint8_t> codes(dim);
+    for (size_t d = 0; d < dim; ++d) codes[d] = static_cast<uint8_t>((d + 3 * l) % 16);
+    rows.push_back(KeyRow(codes, {static_cast<uint8_t>(100 + l), static_cast<uint8_t>(140 - l)}));
+    codes_of.push_back(codes);
+  }
+  std::vector<const std::byte*> row_ptrs;
+  for (const auto& row : rows) row_ptrs.push_back(row.data());
+  auto tile = std::make_unique<IndexKeyTile>();
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    DecodeIndexKeyTile(row_ptrs, dim, *tile);
+    for (size_t l = 0; l < kIndexKeyTileEntries; ++l) {
+      for (size_t d = 0; d < dim; ++d) {
+        const float want = l < rows.size() ? F32FromE2m1(codes_of[l][d]) : 0.0f;
+        ASSERT_EQ(std::bit_cast<uint32_t>(tile->values[d * kIndexKeyTileEntries + l]),
+                  std::bit_cast<uint32_t>(want))
+            << hwy::TargetName(target) << " lane " << l << " element " << d;
+      }
+      if (l < rows.size()) {
+        EXPECT_EQ(tile->exponents[l], static_cast<int32_t>(100 + l) - 127);
+        EXPECT_EQ(tile->scales[kIndexKeyTileEntries + l],
+                  std::ldexp(1.0, 13 - static_cast<int>(l)));
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // A query that is not fq4 (a block spanning more than 14 binades) is refused head by head.
