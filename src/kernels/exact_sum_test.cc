@@ -113,8 +113,8 @@ TEST(ExactSumSimdTest, UnalignedBytesGiveExactDot) {
       if (kind == 2 && n > 0) a[n / 2] = inf;
       const float want = ExactDot(a, b);
       for (size_t offset = 0; offset < 4; ++offset) {
-        std::vector<std::byte> bytes(offset + n * sizeof(float));
-        std::memcpy(bytes.data() + offset, a.data(), n * sizeof(float));
+        std::vector<std::byte> bytes(offset + n * sizeof(float) + 1);
+        if (n > 0) std::memcpy(bytes.data() + offset, a.data(), n * sizeof(float));
         const std::span<const std::byte> view(bytes.data() + offset, n * sizeof(float));
         SCOPED_TRACE("n " + std::to_string(n) + " kind " + std::to_string(kind) + " offset " +
                      std::to_string(offset));
