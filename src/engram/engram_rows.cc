@@ -22,34 +22,50 @@ Result<MappedEngramRowSource> MappedEngramRowSource::Open(const Checkpoint& chec
   }
   source.num_rows_ = values.shape[0];
   source.row_dim_ = static_cast<int32_t>(values.shape[1]);
-  DSV41_ASSIGN_OR_RETURN(TensorView scales,
-                         checkpoint.GetChecked(source.name_ + ".scale", DType::kF8E8M0,
-                                               {source.num_rows_, source.row_dim_ / 32}));
+  const std::string scale_name = source.name_ + ".scale";
+  DSV41_ASSIGN_OR_RETURN(TensorView scales, checkpoint.Get(scale_name));
+  const Shape want_scale = {source.num_rows_, source.row_dim_ / 32};
+  if (!IsE8m0ScaleDType(scales.dtype) || scales.shape != want_scale) {
+    const std::string_view got = DTypeName(scales.dtype);
+    return InvalidArgumentError("'%s': want F8_E8M0 (or U8) %s, got %.*s %s", scale_name.c_str(),
+                                ShapeString(want_scale).c_str(), static_cast<int>(got.size()),
+                                got.data(), ShapeString(scales.shape).c_str());
+  }
   source.values_ = values.bytes;
   source.scales_ = scales.bytes;
   return source;
 }
 
-Status MappedEngramRowSource::FillRows(std::span<const int64_t> row_ids,
-                                       std::span<std::byte> values,
-                                       std::span<std::byte> scales) const {
-  const size_t value_bytes = static_cast<size_t>(row_dim_);
-  const size_t scale_bytes = value_bytes / 32;
+Status CopyEngramRows(std::string_view table, int64_t num_rows, EngramRowLayout layout,
+                      std::span<const std::byte> table_values,
+                      std::span<const std::byte> table_scales, std::span<const int64_t> row_ids,
+                      std::span<std::byte> values, std::span<std::byte> scales) {
+  const size_t value_bytes = static_cast<size_t>(layout.value_bytes);
+  const size_t scale_bytes = static_cast<size_t>(layout.scale_bytes);
   DSV41_CHECK(values.size() == row_ids.size() * value_bytes &&
                   scales.size() == row_ids.size() * scale_bytes,
               "FillRows: %zu rows into %zu value and %zu scale bytes", row_ids.size(),
               values.size(), scales.size());
   for (size_t i = 0; i < row_ids.size(); ++i) {
     const int64_t row = row_ids[i];
-    if (row < 0 || row >= num_rows_) {
-      return OutOfRangeError("'%s': row %lld outside the table of %lld rows", name_.c_str(),
-                             static_cast<long long>(row), static_cast<long long>(num_rows_));
+    if (row < 0 || row >= num_rows) {
+      return OutOfRangeError("'%.*s': row %lld outside the table of %lld rows",
+                             static_cast<int>(table.size()), table.data(),
+                             static_cast<long long>(row), static_cast<long long>(num_rows));
     }
-    const size_t r = static_cast<size_t>(row);
-    std::memcpy(values.data() + i * value_bytes, values_.data() + r * value_bytes, value_bytes);
-    std::memcpy(scales.data() + i * scale_bytes, scales_.data() + r * scale_bytes, scale_bytes);
+    std::memcpy(values.data() + i * value_bytes, table_values.data() + layout.ValueOffset(row),
+                value_bytes);
+    std::memcpy(scales.data() + i * scale_bytes, table_scales.data() + layout.ScaleOffset(row),
+                scale_bytes);
   }
   return OkStatus();
+}
+
+Status MappedEngramRowSource::FillRows(std::span<const int64_t> row_ids,
+                                       std::span<std::byte> values,
+                                       std::span<std::byte> scales) const {
+  return CopyEngramRows(name_, num_rows_, EngramRowLayout(row_dim_), values_, scales_, row_ids,
+                        values, scales);
 }
 
 }  // namespace dsv41

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "checkpoint/checkpoint.h"
@@ -58,6 +59,31 @@ class EngramRowSource {
   virtual uint64_t resident_bytes() const { return 0; }
   virtual EngramStoreCounters counters() const { return {}; }
 };
+
+// Where row `row` of an Engram table sits in its two tensors (checkpoint.md §4.3): its values at
+// byte row·row_dim of `engram.embed.weight`, its scales at row·(row_dim/32) of
+// `engram.embed.scale`. Every tier computes row addresses only through this, in 64 bits: the
+// released tables (384,006,168 and 384,016,682 rows × 256 B) pass 2^31 bytes at row 2^23 and
+// 2^32 at row 2^24 (real-weight-traps.md L6).
+struct EngramRowLayout {
+  explicit EngramRowLayout(int32_t row_dim)
+      : value_bytes(static_cast<uint64_t>(row_dim)), scale_bytes(value_bytes / 32) {}
+
+  uint64_t ValueOffset(int64_t row) const { return static_cast<uint64_t>(row) * value_bytes; }
+  uint64_t ScaleOffset(int64_t row) const { return static_cast<uint64_t>(row) * scale_bytes; }
+
+  uint64_t value_bytes;  // per row: row_dim e4m3 bytes
+  uint64_t scale_bytes;  // per row: row_dim / 32 ue8m0 bytes
+};
+
+// The gather of the tiers that hold a table in memory (resident copy, checkpoint mapping): copies
+// rows row_ids of `table_values` [num_rows, row_dim] / `table_scales` [num_rows, row_dim/32] into
+// values / scales as EngramRowSource::FillRows defines (sizes checked). OutOfRange naming `table`
+// and the row for a row outside [0, num_rows).
+Status CopyEngramRows(std::string_view table, int64_t num_rows, EngramRowLayout layout,
+                      std::span<const std::byte> table_values,
+                      std::span<const std::byte> table_scales, std::span<const int64_t> row_ids,
+                      std::span<std::byte> values, std::span<std::byte> scales);
 
 // The rows of one Engram layer for one step, fetched ahead of the forward: `values` [U, row_dim]
 // and `scales` [U, row_dim/32] hold the U distinct rows, `index` [T·num_cols] says which of them

@@ -79,17 +79,9 @@ class ResidentEngramRowSource final : public EngramRowSource {
 
   Status FillRows(std::span<const int64_t> row_ids, std::span<std::byte> values,
                   std::span<std::byte> scales) const override {
-    CheckFillSizes(row_ids.size(), row_dim_, values, scales);
-    const size_t value_bytes = static_cast<size_t>(row_dim_);
-    const size_t scale_bytes = value_bytes / 32;
-    for (size_t i = 0; i < row_ids.size(); ++i) {
-      DSV41_RETURN_IF_ERROR(CheckRow(name_, row_ids[i], num_rows_));
-      const size_t r = static_cast<size_t>(row_ids[i]);
-      std::memcpy(values.data() + i * value_bytes, values_.bytes().data() + r * value_bytes,
-                  value_bytes);
-      std::memcpy(scales.data() + i * scale_bytes, scales_.bytes().data() + r * scale_bytes,
-                  scale_bytes);
-    }
+    DSV41_RETURN_IF_ERROR(CopyEngramRows(name_, num_rows_, EngramRowLayout(row_dim_),
+                                         values_.bytes(), scales_.bytes(), row_ids, values,
+                                         scales));
     rows_fetched_.fetch_add(row_ids.size(), std::memory_order_relaxed);
     return OkStatus();
   }
@@ -144,17 +136,16 @@ class MappedTierRowSource final : public EngramRowSource {
   }
   Status WarmRows(std::span<const int64_t> row_ids) const override {
     // Touch the pages, so the faults happen here and not inside the layer.
-    const size_t value_bytes = static_cast<size_t>(row_dim());
+    const EngramRowLayout layout(row_dim());
     uint64_t sum = 0;
     for (int64_t row : row_ids) {
       if (row < 0 || row >= num_rows()) continue;
-      const size_t r = static_cast<size_t>(row);
+      const std::byte* value = values_.data() + layout.ValueOffset(row);
+      sum += static_cast<uint8_t>(*reinterpret_cast<const volatile std::byte*>(value));
       sum += static_cast<uint8_t>(
-          *reinterpret_cast<const volatile std::byte*>(values_.data() + r * value_bytes));
-      sum += static_cast<uint8_t>(*reinterpret_cast<const volatile std::byte*>(
-          values_.data() + r * value_bytes + value_bytes - 1));
+          *reinterpret_cast<const volatile std::byte*>(value + layout.value_bytes - 1));
       sum += static_cast<uint8_t>(
-          *reinterpret_cast<const volatile std::byte*>(scales_.data() + r * (value_bytes / 32)));
+          *reinterpret_cast<const volatile std::byte*>(scales_.data() + layout.ScaleOffset(row)));
     }
     warm_sink_.fetch_add(sum, std::memory_order_relaxed);
     rows_fetched_.fetch_add(row_ids.size(), std::memory_order_relaxed);
@@ -220,7 +211,8 @@ struct DiskEngramRowSource::State {
     uint64_t staging_page = 0;
   };
 
-  File files[2];  // values, scales
+  File files[2];              // values, scales
+  EngramRowLayout layout{0};  // row offsets inside the two tensors
   size_t value_bytes = 0;
   size_t scale_bytes = 0;
   size_t row_bytes = 0;
@@ -374,9 +366,8 @@ struct DiskEngramRowSource::State {
     pages.clear();
     size_t end = begin;
     while (end < misses.size() && pages.size() + row_pages <= max_pages) {
-      const uint64_t r = static_cast<uint64_t>(misses[end]);
-      AddPages(0, r * value_bytes, value_bytes);
-      AddPages(1, r * scale_bytes, scale_bytes);
+      AddPages(0, layout.ValueOffset(misses[end]), value_bytes);
+      AddPages(1, layout.ScaleOffset(misses[end]), scale_bytes);
       ++end;
     }
     std::sort(pages.begin(), pages.end());
@@ -437,15 +428,15 @@ struct DiskEngramRowSource::State {
   void DeliverBatch(size_t begin, size_t end, bool fill, std::span<std::byte> values,
                     std::span<std::byte> scales) {
     for (size_t m = begin; m < end; ++m) {
-      const uint64_t r = static_cast<uint64_t>(misses[m]);
-      const std::byte* value = Staged(0, r * value_bytes);
-      const std::byte* scale = Staged(1, r * scale_bytes);
+      const int64_t row = misses[m];
+      const std::byte* value = Staged(0, layout.ValueOffset(row));
+      const std::byte* scale = Staged(1, layout.ScaleOffset(row));
       if (fill) {
         const size_t i = miss_index[m];
         std::memcpy(values.data() + i * value_bytes, value, value_bytes);
         std::memcpy(scales.data() + i * scale_bytes, scale, scale_bytes);
       }
-      Insert(static_cast<int64_t>(r), value, scale);
+      Insert(row, value, scale);
     }
     rows_read.fetch_add(end - begin, std::memory_order_relaxed);
   }
@@ -462,8 +453,9 @@ Result<std::unique_ptr<DiskEngramRowSource>> DiskEngramRowSource::Open(
   source->row_dim_ = checked.row_dim();
   source->state_ = std::make_unique<State>();
   State& s = *source->state_;
-  s.value_bytes = static_cast<size_t>(source->row_dim_);
-  s.scale_bytes = s.value_bytes / 32;
+  s.layout = EngramRowLayout(source->row_dim_);
+  s.value_bytes = static_cast<size_t>(s.layout.value_bytes);
+  s.scale_bytes = static_cast<size_t>(s.layout.scale_bytes);
   s.row_bytes = s.value_bytes + s.scale_bytes;
   s.direct_io = options.direct_io;
   const char* suffixes[2] = {".weight", ".scale"};
