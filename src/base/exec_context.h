@@ -109,6 +109,10 @@ struct ExecContext {
   ThreadPool& pool;
   StepArena& arena;
   Numerics numerics = Numerics::kFast;
+  // `--official-index-key-slot`: reproduce the official reference's single "published index
+  // keys" slot (model.md §7.5 "Which keys an index source scores against"; model/index_key_slot.h)
+  // instead of the clean rule. Off by default; for comparisons with the official code only.
+  bool official_index_key_slot = false;
   ExecStats stats = {};  // what the forwards run on this context read and computed, cumulative
   // What tests and tools watch of the forwards; the no-op observer unless one is installed
   // (ScopedForwardObserver).

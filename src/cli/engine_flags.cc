@@ -42,6 +42,11 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_option("--simd", flags.simd,
                  "instruction sets the kernels may use: best (this CPU's), avx2 or scalar (caps, "
                  "for comparisons); default: the environment's DSV41_SIMD, else best");
+  app.add_flag("--official-index-key-slot", flags.official_index_key_slot,
+               "reproduce the official reference's index-key slot defect for comparisons with "
+               "its code: a ratio-2 indexer whose keys complete no group in a step (decode at "
+               "even positions) scores against the keys published last (layer 20's); off: the "
+               "model, where decode equals prefill");
   app.add_flag("--no-prefault", flags.no_prefault,
                "leave the weights' pages to fault in on first use instead of reading them all at "
                "start-up (they are read ahead only when they fit in memory)");
@@ -198,6 +203,7 @@ Result<EngineOptions> ToEngineOptions(const EngineFlags& flags) {
   // After the cap and before --numerics, which ask what the CPU runs.
   DSV41_RETURN_IF_ERROR(ApplyFastKernelFromEnvironment());
   DSV41_ASSIGN_OR_RETURN(options.numerics, ParseNumerics(flags.numerics));
+  options.official_index_key_slot = flags.official_index_key_slot;
   SpeculativeOptions& spec = options.speculative;
   DSV41_ASSIGN_OR_RETURN(spec.method, ParseSpeculativeMethod(flags.speculative));
   spec.num_speculative_tokens = flags.num_speculative_tokens;
@@ -227,6 +233,11 @@ void PrintNumerics(const EngineOptions& options) {
       stderr, "numerics: %s weight products (%s), kernels %s\n", GemmKernelName(kernel),
       kernel == GemmKernel::kReference ? "exact accumulation" : "exact products, fp32 accumulation",
       ActiveSimdTargetName().c_str());
+  if (options.official_index_key_slot) {
+    std::fprintf(stderr,
+                 "index keys: the official reference's single published slot "
+                 "(--official-index-key-slot; decode no longer equals prefill)\n");
+  }
 }
 
 void PrintEngineLayout(const Engine& engine, const EngineOptions& options) {

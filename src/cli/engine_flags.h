@@ -28,6 +28,7 @@ struct EngineFlags {
   bool no_prefix_caching = false;
   int threads = 0;
   std::string numerics = "fast";
+  bool official_index_key_slot = false;
   std::string simd;  // empty: DSV41_SIMD, else best
   bool no_prefault = false;
   std::string speculative = "off";
@@ -45,11 +46,11 @@ struct EngineFlags {
 
 // Adds --block-size, --kv-cache-gib, --num-blocks, --kv-profile, --max-num-seqs,
 // --max-num-batched-tokens, --max-model-len, --no-prefix-caching, -t/--threads, --numerics,
-// --simd, --no-prefault, the speculative decoding flags (--speculative dspark|ngram|off,
-// --num-speculative-tokens, --speculative-min-acceptance, --speculative-confidence,
-// --prompt-lookup-min/-max) and the Engram offload flags (serving.md §8.7): --engram-storage
-// resident|mapped|disk, --engram-cache-gib, --engram-io-threads, --engram-prefetch on|off and
-// --engram-direct-io.
+// --simd, --official-index-key-slot, --no-prefault, the speculative decoding flags
+// (--speculative dspark|ngram|off, --num-speculative-tokens, --speculative-min-acceptance,
+// --speculative-confidence, --prompt-lookup-min/-max) and the Engram offload flags (serving.md
+// §8.7): --engram-storage resident|mapped|disk, --engram-cache-gib, --engram-io-threads,
+// --engram-prefetch on|off and --engram-direct-io.
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 // Only the Engram offload flags (commands that load a model without running the engine).
 void AddEngramFlags(CLI::App& app, EngineFlags& flags);

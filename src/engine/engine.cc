@@ -111,6 +111,7 @@ Status Engine::Build(ThreadPool& pool) {
       model_, *plan_, layout_.num_blocks,
       ModelRunnerOptions{.max_num_batched_tokens = options_.max_num_batched_tokens,
                          .numerics = options_.numerics,
+                         .official_index_key_slot = options_.official_index_key_slot,
                          .engram_prefetch = options_.engram_prefetch,
                          .record_main_hidden = seeds_drafts_},
       pool);

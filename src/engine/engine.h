@@ -42,7 +42,12 @@ struct EngineOptions {
   int64_t max_model_len = 0;  // 0: max_position_embeddings
   bool enable_prefix_caching = true;
   Numerics numerics = Numerics::kFast;  // --numerics: how weight products accumulate
-  SpeculativeOptions speculative;       // --speculative and its knobs (default off)
+  // --official-index-key-slot: the official reference's index-key slot defect (off: the model;
+  // model/index_key_slot.h). Defined per request per forward, so the logits then depend on how
+  // the engine splits a request into forwards (prefill chunks, speculative verify steps; cached
+  // prefix blocks keep the rows of the forwards that computed them).
+  bool official_index_key_slot = false;
+  SpeculativeOptions speculative;  // --speculative and its knobs (default off)
   // --engram-prefetch: fetch a step's Engram rows ahead of the forward (off: each Engram layer
   // reads its rows when it needs them; for measurements only).
   bool engram_prefetch = true;

@@ -45,7 +45,7 @@ ModelRunner::ModelRunner(const LoadedTextModel& model, const CachePlan& plan, ui
       // huge token budget does not reserve address space it will never need.
       arena_(std::min<size_t>(model.model->StepScratchBytes(options.max_num_batched_tokens),
                               size_t{1} << 30)),
-      ctx_{pool, arena_, options.numerics},
+      ctx_{pool, arena_, options.numerics, options.official_index_key_slot},
       storage_(std::make_unique<KvCacheStorage>(plan, model.config(), num_blocks)),
       main_hidden_width_(model.model->MainHiddenWidth()),
       no_engram_({}, 0) {

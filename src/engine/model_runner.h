@@ -49,6 +49,7 @@ void ClearBatch(Batch& batch);
 struct ModelRunnerOptions {
   int32_t max_num_batched_tokens = 2048;
   Numerics numerics = Numerics::kFast;
+  bool official_index_key_slot = false;  // ExecContext::official_index_key_slot
   bool engram_prefetch = true;      // fetch Engram rows ahead (off: each layer waits for its own)
   bool record_main_hidden = false;  // DSpark: the forward records every row's main_hidden
 };

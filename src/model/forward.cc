@@ -32,6 +32,25 @@ void RecordMainHidden(std::span<const float> x, std::span<const int32_t> rows, i
   }
 }
 
+// Hands each request's selection at a ratio > 0 layer (and the candidate source's mask) to the
+// observer.
+void ReportSelections(const LayerRole& role, std::span<const BatchRequest> requests,
+                      std::span<const IndexerForwardState> index_state,
+                      std::span<const CompressedSelection> selections, ForwardObserver& observer) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const BatchRequest& r = requests[i];
+    ForwardObserver::Selection s{.start_pos = r.start_pos,
+                                 .num_tokens = r.num_tokens,
+                                 .ratio = role.ratio,
+                                 .entries = selections[i].entries,
+                                 .per_token = selections[i].per_token,
+                                 .candidates = {},
+                                 .num_entries = (r.start_pos + r.num_tokens) / role.ratio};
+    if (role.is_candidate_source) s.candidates = index_state[i].candidates[role.layer].mask;
+    observer.OnSelection(role.layer, i, s);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights) {
@@ -242,6 +261,9 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, EngramSt
         layer.indexer->Forward(sub_in, qr, batch.requests, cache, index_state, ctx);
       }
       for (size_t i = 0; i < num_requests; ++i) selections[i] = index_state[i].SelectionFor(role);
+      if (ctx.observer.get().WantsSelections()) {
+        ReportSelections(role, batch.requests, index_state, selections, ctx.observer);
+      }
     }
     layer.attention->Forward(sub_in, qr, batch.requests, cache,
                              role.ratio > 0 ? selections : std::span<CompressedSelection>(),

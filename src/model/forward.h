@@ -4,7 +4,8 @@
 // tokens of several requests, each at its own absolute positions, reading and writing its cache
 // rows through its own block tables. Every quantity is per token and per request, so a batch
 // equals each request run alone, and one-shot prefill, any chunking and token-by-token decode give
-// the same bits (§7.9); where the rows live (paged or one consecutive table) never matters.
+// the same bits (§7.9); where the rows live (paged or one consecutive table) never matters. (Not
+// so with ExecContext::official_index_key_slot, which reproduces the official reference's defect.)
 
 #include <cstdint>
 #include <memory>

@@ -8,6 +8,8 @@
 #include "kernels/index_score_tile.h"
 #include "kernels/indexer_topk.h"
 #include "kernels/rope.h"
+#include "model/index_key_slot.h"
+#include "model/indexer_sizing.h"
 #include "model/linear_weight.h"
 #include "model/weights.h"
 #include "numerics/arith.h"
@@ -98,8 +100,9 @@ CompressedSelection IndexerForwardState::SelectionFor(const LayerRole& role) con
   return CompressedSelection{.entries = topk[source].entries, .per_token = topk[source].per_token};
 }
 
-Indexer::Indexer(const ModelConfig& config, const LayerRole& role)
+Indexer::Indexer(const ModelConfig& config, const LayerPlan& plan, const LayerRole& role)
     : config_(config),
+      plan_(plan),
       role_(role),
       rope_(Rope::ForTable(config, RopeTable::kCompress)),
       weight_scale_(IndexWeightScale(config)) {}
@@ -119,7 +122,7 @@ Result<std::unique_ptr<Indexer>> Indexer::Create(const ModelWeights& weights,
                                 role.layer);
   }
   const ModelConfig& c = weights.config();
-  std::unique_ptr<Indexer> ix(new Indexer(c, role));
+  std::unique_ptr<Indexer> ix(new Indexer(c, weights.plan(), role));
   const int64_t index_q_dim = static_cast<int64_t>(c.index_n_heads) * c.index_head_dim;
   DSV41_ASSIGN_OR_RETURN(ix->wq_b_,
                          GetLinear(weights, prefix + ".indexer.wq_b", index_q_dim, c.q_lora_rank));
@@ -147,7 +150,8 @@ void DrawPublishedState(const ModelConfig& config, const LayerRole& role,
     if (role.candidate_mode == CandidateMode::kProduce) {
       IndexerForwardState::Candidates& cand = states[i].candidates[role.layer];
       cand.num_entries = (r.start_pos + r.num_tokens) / role.ratio;
-      cand.mask = arena.AllocZeroed<uint8_t>(static_cast<size_t>(r.num_tokens) * cand.num_entries);
+      cand.mask =
+          arena.AllocZeroed<uint8_t>(IndexerScoreElements(r.start_pos, r.num_tokens, role.ratio));
     }
   }
 }
@@ -388,9 +392,14 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
         .ratio = role_.ratio,
         .num_entries = (r.start_pos + r.num_tokens) / role_.ratio};
     const int32_t n = q.num_entries;
-    std::span<float> scores = arena.Alloc<float>(t_req * static_cast<int64_t>(n));
-    const ScoreSource keys{
-        .cache = &cache, .place = &source.index, .table = r.block_tables[source.kv.group_idx]};
+    std::span<float> scores =
+        arena.Alloc<float>(IndexerScoreElements(r.start_pos, t_req, role_.ratio));
+    // The clean rule: the own kv source's keys; the official slot may name another source.
+    const KvSourcePlaces& key_source = *layout.sources[IndexKeySourceLayer(
+        plan_, role_, r.start_pos, r.num_tokens, ctx.official_index_key_slot)];
+    const ScoreSource keys{.cache = &cache,
+                           .place = &key_source.index,
+                           .table = r.block_tables[key_source.kv.group_idx]};
     ScoreEntries(q, t_req, keys, FilterMask(config_, role_, states[i], n, t_req), scores, tiles,
                  scratch_of, ctx);
     IndexerForwardState& state = states[i];

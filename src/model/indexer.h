@@ -116,13 +116,15 @@ class Indexer {
   // (per_token = index_topk); a candidate source also publishes states[i].candidates[layer]; a
   // candidate filter reads the mask of config.candidate_source_layer_id (must be present,
   // checked). The query products run once over all T rows. When ctx.observer wants them, each
-  // request's scores and tie flags go to OnIndexerScores.
+  // request's scores and tie flags go to OnIndexerScores. With ctx.official_index_key_slot, a
+  // request whose kv source completes no group in the step scores the keys IndexKeySourceLayer
+  // names instead (model/index_key_slot.h).
   void Forward(std::span<const float> x, std::span<const float> qr,
                std::span<const BatchRequest> requests, const KvCacheView& cache,
                std::span<IndexerForwardState> states, ExecContext& ctx) const;
 
  private:
-  Indexer(const ModelConfig& config, const LayerRole& role);
+  Indexer(const ModelConfig& config, const LayerPlan& plan, const LayerRole& role);
   // Steps 1–2 over every row of the step: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head
   // ([T, num_heads * head_dim]) and w = bf16(bf16(weights_proj · x) · c) ([T, num_heads]).
   void ProjectQueries(std::span<const float> x, std::span<const float> qr,
@@ -130,6 +132,7 @@ class Indexer {
                       std::span<float> w, ExecContext& ctx) const;
 
   ModelConfig config_;
+  LayerPlan plan_;  // for the official index-key slot (IndexKeySourceLayer)
   LayerRole role_;
   Rope rope_;  // the compress table
   float weight_scale_;

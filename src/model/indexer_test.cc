@@ -483,6 +483,82 @@ TEST(IndexerTest, ChunksDecodeAndThreadCountsSelectLikeOneShotPrefill) {
   EXPECT_EQ(run({t}, serial.ctx), one_shot);
 }
 
+// The official index-key slot (model/index_key_slot.h) on one decode step of tiny-c (layers 2, 4
+// ratio 2; 6 ratio 1, the candidate source; 8 its filter): at an even position the ratio-2
+// indexers score layer 6's keys as their own entries — exactly what the clean indexer computes
+// on a cache whose layer-2/4 index keys are layer 6's first rows — and every other step and layer
+// is unchanged.
+TEST(IndexerTest, OfficialIndexKeySlotScoresTheLastPublishedKeysAtEvenDecodeSteps) {
+  const CaseData d = LoadCase(GoldenCase{"tiny-c", "long120"});
+  const ModelConfig& c = d.weights->config();
+  const int64_t hidden = c.hidden_size;
+  OwnedExecContext exec(1);
+  ExecContext& ctx = exec.ctx;
+  ContiguousKvCache cache = NewCache(d);
+  ContiguousKvCache swapped = NewCache(d);  // layer 2 and 4 index keys := layer 6's
+  for (const LayerRole& role : d.weights->plan().layers) {
+    if (role.is_kv_source) RunCompressor(d, role.layer, cache, ctx);
+  }
+  for (const LayerRole& role : d.weights->plan().layers) {
+    if (!role.is_kv_source) continue;
+    for (int32_t j = 0; j < d.t_count / role.ratio; ++j) {
+      const int32_t key_layer = role.ratio == 2 ? 6 : role.layer;
+      swapped.SetEntry(role.layer, j, cache.KvEntry(role.layer, j), cache.IndexKey(key_layer, j));
+    }
+  }
+  // Every index source's scores and top-k for the one-token step at `p`.
+  struct Scores final : ForwardObserver {
+    std::map<int32_t, std::vector<float>> by_layer;
+    bool WantsIndexerScores() const override { return true; }
+    void OnIndexerScores(int32_t layer, size_t, std::span<const float> s,
+                         std::span<const uint8_t>) override {
+      by_layer[layer].assign(s.begin(), s.end());
+    }
+  };
+  auto step = [&](ContiguousKvCache& kv, int32_t p, bool official) {
+    ctx.official_index_key_slot = official;
+    Scores scores;
+    ScopedForwardObserver watch(ctx, scores);
+    std::map<int32_t, std::vector<int32_t>> topk;
+    std::span<IndexerForwardState> states =
+        IndexerForwardState::Create(1, d.weights->plan().layers.size(), ctx.arena);
+    const BatchRequest request[] = {kv.Request(0, 1, p)};
+    for (const LayerRole& role : d.weights->plan().layers) {
+      if (!role.is_index_source) continue;
+      const auto x = d.LayerInput(role.layer).subspan(p * hidden, hidden);
+      const std::vector<float> qr = QueryLatent(*d.weights, role.layer, x, ctx);
+      auto ix = Indexer::Create(*d.weights, role.layer);
+      EXPECT_TRUE(ix.ok());
+      (*ix)->Forward(x, qr, request, kv.view(), states, ctx);
+      const std::span<const int32_t> e = states[0].topk[role.layer].entries;
+      topk[role.layer].assign(e.begin(), e.end());
+    }
+    ctx.official_index_key_slot = false;
+    return std::make_pair(scores.by_layer, topk);
+  };
+  int changed_topk = 0;
+  for (int32_t p : {100, 101, 110, 111, 118, 119}) {
+    const auto clean = step(cache, p, false);
+    const auto official = step(cache, p, true);
+    if (p % 2 == 1) {
+      EXPECT_EQ(official, clean) << "odd position " << p << " completes every group";
+      continue;
+    }
+    const auto expected = step(swapped, p, false);
+    for (int32_t l : {2, 4}) {
+      EXPECT_EQ(official.first.at(l), expected.first.at(l)) << "layer " << l << " p " << p;
+      EXPECT_EQ(official.second.at(l), expected.second.at(l)) << "layer " << l << " p " << p;
+      EXPECT_NE(official.first.at(l), clean.first.at(l)) << "layer " << l << " p " << p;
+      changed_topk += official.second.at(l) != clean.second.at(l);
+    }
+    for (int32_t l : {6, 8}) {
+      EXPECT_EQ(official.first.at(l), clean.first.at(l)) << "layer " << l << " p " << p;
+      EXPECT_EQ(official.second.at(l), clean.second.at(l)) << "layer " << l << " p " << p;
+    }
+  }
+  EXPECT_GT(changed_topk, 0) << "the borrowed keys never changed a selection";
+}
+
 TEST(IndexerTest, CreateRejectsALayerThatIsNotAnIndexSource) {
   const ModelWeights& weights = LoadGolden("tiny-a");
   for (int32_t l : {0, 3}) {  // swa, reuse
