@@ -36,6 +36,38 @@ TEST(PlanCliTest, ReleasedConfigPrintsTheSpecPages) {
   EXPECT_NE(text.out.find("page 147712 B"), std::string::npos) << text.out;
 }
 
+// Trap list K3 / L6: one request of the release's whole context (2^20 positions) is sized in 64
+// bits: 8192 KV blocks of 128 tokens plus its ring and window ids, 8213 ids × 540928 B past 4 GiB;
+// a budget that holds it says so, and a length past max_position_embeddings is refused.
+TEST(PlanCliTest, ReleasedConfigSizesAMillionTokenRequestWithoutOverflow) {
+  const RunResult run =
+      RunCommand(kDsv41Binary + " plan --released --max-model-len 1048576 --kv-cache-gib 8 --json");
+  ASSERT_EQ(run.exit_code, 0);
+  Result<Json> json = ParseJson(run.out, "dsv41 plan --json");
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  const Json& request = (*json)["request"];
+  EXPECT_EQ(request["context_tokens"].get<int64_t>(), 1048576);
+  EXPECT_EQ(request["kv_ids"].get<int64_t>(), 1048576 / 128);
+  const int64_t ids = request["kv_ids"].get<int64_t>() + request["ring_ids"].get<int64_t>() +
+                      request["window_ids_per_group"].get<int64_t>() *
+                          request["num_window_groups"].get<int64_t>();
+  EXPECT_EQ(request["block_ids"].get<int64_t>(), ids);
+  EXPECT_EQ(request["bytes"].get<uint64_t>(), static_cast<uint64_t>(ids) * 540928u);
+  EXPECT_GT(request["bytes"].get<uint64_t>(), uint64_t{1} << 32);
+  EXPECT_TRUE(request["fits_pool"].get<bool>()) << "8 GiB hold 15879 ids";
+
+  const RunResult text = RunCommand(kDsv41Binary + " plan --released --max-model-len 1048576");
+  ASSERT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("request of 1048576 tokens"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("does not fit the pool"), std::string::npos) << "4 GiB: 7939 ids";
+
+  const RunResult too_long =
+      RunCommand(kDsv41Binary + " plan --released --max-model-len 1048577 2>&1");
+  EXPECT_EQ(too_long.exit_code, 2);
+  EXPECT_NE(too_long.out.find("exceeds max_position_embeddings 1048576"), std::string::npos)
+      << too_long.out;
+}
+
 TEST(PlanCliTest, TinyModelIsWrittenLoadedAndPlanned) {
   const std::string dir = Dir("plan_cli_tiny");
   const RunResult tiny = RunCommand(kDsv41Binary + " tiny --out " + dir);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "base/json.h"
@@ -28,8 +29,61 @@ struct PlanFlags {
   bool dspark = false;
   int32_t num_speculative_tokens = 0;
   double kv_cache_gib = 4.0;
+  int64_t max_model_len = 0;  // > 0: also size one request of this many tokens
   bool json = false;
 };
+
+// One request of `context_tokens` positions at its peak (serving.md §3.7), in 64-bit arithmetic:
+// at 2^20 tokens the release needs 8,215 ids, over 4 GiB.
+struct RequestSizing {
+  int64_t context_tokens = 0;
+  int32_t step_tokens = 1;
+  RequestBlockNeed need;
+  uint64_t bytes = 0;  // need.total() × bytes_per_block_id
+  bool fits_pool = false;
+};
+
+RequestSizing SizeRequest(const CachePlan& plan, const PoolSizing& pool, int64_t context_tokens) {
+  RequestSizing r;
+  r.context_tokens = context_tokens;
+  r.step_tokens = DecodeStepTokens(plan);
+  r.need = PeakRequestBlockNeed(plan, context_tokens, r.step_tokens);
+  r.bytes = static_cast<uint64_t>(r.need.total()) * static_cast<uint64_t>(plan.bytes_per_block_id);
+  r.fits_pool = r.need.total() <= static_cast<int64_t>(pool.num_block_ids);
+  return r;
+}
+
+OrderedJson RequestSizingToJson(const RequestSizing& r) {
+  OrderedJson j;
+  j["context_tokens"] = r.context_tokens;
+  j["step_tokens"] = r.step_tokens;
+  j["kv_ids"] = r.need.kv_ids;
+  j["ring_ids"] = r.need.ring_ids;
+  j["window_ids_per_group"] = r.need.swa_ids_per_group;
+  j["num_window_groups"] = r.need.num_swa_groups + r.need.num_draft_groups;
+  j["block_ids"] = r.need.total();
+  j["bytes"] = r.bytes;
+  j["fits_pool"] = r.fits_pool;
+  return j;
+}
+
+// --max-model-len must be a position count the model and the engine's int32 positions can hold
+// (model.md §12.7: positions >= max_position_embeddings are rejected). Empty when it is.
+std::string CheckMaxModelLen(int64_t max_model_len, const ModelConfig& config) {
+  if (max_model_len < 0) {
+    return StrFormat("--max-model-len %lld: want >= 0", static_cast<long long>(max_model_len));
+  }
+  if (config.max_position_embeddings > 0 && max_model_len > config.max_position_embeddings) {
+    return StrFormat("--max-model-len %lld exceeds max_position_embeddings %lld",
+                     static_cast<long long>(max_model_len),
+                     static_cast<long long>(config.max_position_embeddings));
+  }
+  if (max_model_len > std::numeric_limits<int32_t>::max()) {
+    return StrFormat("--max-model-len %lld exceeds the largest position count %d (int32 positions)",
+                     static_cast<long long>(max_model_len), std::numeric_limits<int32_t>::max());
+  }
+  return "";
+}
 
 std::string OptLayer(const std::optional<int32_t>& v) { return v ? std::to_string(*v) : "-"; }
 
@@ -118,6 +172,10 @@ int RunPlan(const PlanFlags& flags) {
       config = std::move(parsed).value();
     }
   }
+  if (const std::string bad = CheckMaxModelLen(flags.max_model_len, config); !bad.empty()) {
+    std::fprintf(stderr, "dsv41 plan: %s\n", bad.c_str());
+    return 2;
+  }
   const LayerPlan plan = PlanLayers(config);
   CachePlanOptions cache_options;
   cache_options.block_tokens = flags.block_size;
@@ -143,6 +201,9 @@ int RunPlan(const PlanFlags& flags) {
     out["kv_payload_bytes_per_token"] = cache->PayloadBytesPerToken();
     out["cache_plan"] = CachePlanToJson(*cache);
     out["pool"] = PoolSizingToJson(pool);
+    if (flags.max_model_len > 0) {
+      out["request"] = RequestSizingToJson(SizeRequest(*cache, pool, flags.max_model_len));
+    }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
@@ -162,6 +223,17 @@ int RunPlan(const PlanFlags& flags) {
   std::printf("pool for %.2f GiB: %u block ids of %zu B; longest single request %lld tokens\n",
               flags.kv_cache_gib, pool.num_block_ids, pool.bytes_per_block_id,
               static_cast<long long>(pool.max_context_tokens));
+  if (flags.max_model_len > 0) {
+    const RequestSizing r = SizeRequest(*cache, pool, flags.max_model_len);
+    std::printf(
+        "request of %lld tokens (steps of %d): %lld block ids (kv %lld + ring %lld + %lld x %d "
+        "window groups) = %llu B (%.3f GiB); %s the pool\n",
+        static_cast<long long>(r.context_tokens), r.step_tokens,
+        static_cast<long long>(r.need.total()), static_cast<long long>(r.need.kv_ids),
+        static_cast<long long>(r.need.ring_ids), static_cast<long long>(r.need.swa_ids_per_group),
+        r.need.num_swa_groups + r.need.num_draft_groups, static_cast<unsigned long long>(r.bytes),
+        static_cast<double>(r.bytes) / (1ull << 30), r.fits_pool ? "fits" : "does not fit");
+  }
   return 0;
 }
 
@@ -177,6 +249,8 @@ std::function<int()> SetupPlan(CLI::App& sub) {
   sub.add_option("--num-speculative-tokens", flags->num_speculative_tokens,
                  "draft tokens per verify step (ring sizing)");
   sub.add_option("--kv-cache-gib", flags->kv_cache_gib, "KV cache budget in GiB");
+  sub.add_option("--max-model-len", flags->max_model_len,
+                 "also size one request of this many tokens (prompt + output)");
   sub.add_flag("--json", flags->json, "print JSON instead of text");
   return [flags] { return RunPlan(*flags); };
 }

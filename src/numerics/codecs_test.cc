@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace dsv41 {
@@ -322,6 +323,88 @@ TEST(CodecsTest, EncodersMatchReferenceOnRandomAndSweptInputs) {
   // Values with short mantissas (likely exact ties of some format) near every binade.
   for (int e = -30; e <= 20; ++e) {
     for (int m = 0; m < 4096; ++m) check(std::ldexp(1.0f + m / 4096.0f, e));
+  }
+}
+
+// ---- Encoders against a closed-form double oracle, 2^24 samples and whole binades (trap R6) -----
+
+// e4m3fn encoding written from §12.1 in double: the quantum of |x|'s binade (2^(e−3), and 2^-9
+// below the smallest normal 2^-6), q = nearbyint(|x| / quantum) (round half to even: the process
+// rounding mode is never changed), saturating at 448 (so 464, the 448|480 midpoint, and
+// everything above give 448). Returns the decoded value with x's sign.
+double OracleE4m3Value(float x) {
+  const double a = std::fabs(static_cast<double>(x));
+  double v;
+  if (a >= 448.0) {
+    v = 448.0;
+  } else {
+    int e;
+    std::frexp(a, &e);  // a = f · 2^e, f in [0.5, 1): the binade is 2^(e−1)
+    const double quantum = a < 0x1p-6 ? 0x1p-9 : std::ldexp(1.0, e - 1 - 3);
+    v = std::min(std::nearbyint(a / quantum) * quantum, 448.0);
+  }
+  return std::signbit(x) ? -v : v;
+}
+
+// e2m1 the same way: quantum 0.5 below 2, 1 in [2, 4), 2 in [4, 8), saturating at 6.
+double OracleE2m1Value(float x) {
+  const double a = std::fabs(static_cast<double>(x));
+  const double quantum = a < 2 ? 0.5 : a < 4 ? 1.0 : 2.0;
+  const double v = std::min(std::nearbyint(a / quantum) * quantum, 6.0);
+  return std::signbit(x) ? -v : v;
+}
+
+// Checks one input: the code decodes to the oracle's value with the input's sign (−0 included).
+void CheckNarrowEncoders(float x) {
+  const float e4m3 = F32FromE4m3(E4m3FromF32(x));
+  ASSERT_EQ(Bits(e4m3), Bits(static_cast<float>(OracleE4m3Value(x)))) << std::hexfloat << x;
+  const float e2m1 = F32FromE2m1(E2m1FromF32(x));
+  ASSERT_EQ(Bits(e2m1), Bits(static_cast<float>(OracleE2m1Value(x)))) << std::hexfloat << x;
+}
+
+TEST(CodecsTest, NarrowEncodersMatchTheDoubleOracleOn2To24SamplesAndWholeBinades) {
+  // 2^24 fp32 values uniform over the bit patterns of (0, 1024], both signs: every binade of the
+  // e4m3 range (subnormals, saturation, e2m1's whole range) and beyond it.
+  std::mt19937 rng(224);
+  std::uniform_int_distribution<uint32_t> bits(1, Bits(1024.0f));
+  for (int i = 0; i < (1 << 24); ++i) {
+    const uint32_t b = bits(rng) | (i % 2 ? 0x80000000u : 0u);
+    CheckNarrowEncoders(std::bit_cast<float>(b));
+    if (HasFatalFailure()) return;
+  }
+  // Every fp32 of the binades where the rules change: [2^-10, 2^-9) (zero vs the smallest
+  // subnormal), [2^-7, 2^-6) (the last subnormals and the tie with the smallest normal),
+  // [256, 512) (the top binade: 448, the 464 tie, saturation) and [4, 8) (e2m1's 5 tie, its
+  // saturation at 6).
+  for (const auto& [lo, hi] : {std::pair{0x1p-10f, 0x1p-9f}, std::pair{0x1p-7f, 0x1p-6f},
+                               std::pair{256.0f, 512.0f}, std::pair{4.0f, 8.0f}}) {
+    for (uint32_t b = Bits(lo); b < Bits(hi); ++b) {
+      CheckNarrowEncoders(std::bit_cast<float>(b));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(CodecsTest, E4m3SaturationBoundariesAndNonFinites) {
+  // Around 448, the 464 midpoint and 480 (torch's NaN threshold): all give 448, never NaN.
+  for (const float x : {448.0f, std::nextafter(448.0f, 0.0f), std::nextafter(448.0f, 1e9f),
+                        std::nextafter(464.0f, 0.0f), 464.0f, std::nextafter(464.0f, 1e9f),
+                        std::nextafter(480.0f, 0.0f), 480.0f, std::nextafter(480.0f, 1e9f), 512.0f,
+                        std::numeric_limits<float>::max()}) {
+    EXPECT_EQ(E4m3FromF32(x), 0x7E) << std::hexfloat << x;
+    EXPECT_EQ(E4m3FromF32(-x), 0xFE) << std::hexfloat << x;
+  }
+  // Just below 448: the 416|448 midpoint 432 ties to the even mantissa (448 = 1.75·2^8, 416 =
+  // 1.625·2^8), anything below it goes to 416.
+  EXPECT_EQ(F32FromE4m3(E4m3FromF32(432.0f)), 448.0f);
+  EXPECT_EQ(F32FromE4m3(E4m3FromF32(std::nextafter(432.0f, 0.0f))), 416.0f);
+  // Every NaN payload (sampled), both signs, gives the NaN code of its sign; never a number.
+  for (uint32_t payload = 1; payload < 0x00800000u; payload += 4093) {
+    for (const uint32_t sign : {0u, 0x80000000u}) {
+      const float nan = std::bit_cast<float>(sign | 0x7F800000u | payload);
+      ASSERT_EQ(E4m3FromF32(nan), sign ? 0xFF : 0x7F) << std::hex << payload;
+      ASSERT_TRUE(std::isnan(F32FromE4m3(E4m3FromF32(nan))));
+    }
   }
 }
 

@@ -284,6 +284,67 @@ TEST(ActivationQuantTest, WorkedExampleCodesAndScale) {
   ExpectBitsEq(out, Block({1.0f, 0.3125f, -0.009765625f, 0.00146484375f}, 64));
 }
 
+// ---- Activation outliers (trap R5) ----------------------------------------------------------
+
+// Rows of the released hidden width (5120 = 160 blocks) holding bf16 values of ordinary size
+// (|x| ~ 0.01..3) with one outlier channel of 1e3..1e4 (100-1000x the rest), as real activations
+// have: in the outlier's block the scale follows the outlier (2^1..2^5), the small values fall to
+// e4m3 subnormals or to zero, and the outlier itself is represented without clipping. Codes,
+// scales and dequantised values equal the slow reference bit for bit; every other block keeps its
+// own scale. A floor-log2 scale (2^floor instead of the ceiling) clips the outlier to 448·s.
+TEST(ActivationQuantTest, OutlierChannelSetsItsBlockScaleLikeTheReference) {
+  constexpr size_t kWidth = 5120;
+  constexpr size_t kOutlierChannel = 1234;  // block 38, lane 18
+  std::mt19937 rng(1000);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> magnitude(1e3f, 1e4f), row_scale(0.01f, 3.0f);
+  int64_t zeroed = 0, subnormal_codes = 0;
+  for (int row = 0; row < 64; ++row) {
+    std::vector<float> x(kWidth);
+    const float scale = row_scale(rng);
+    for (float& v : x) v = Bf16Round(normal(rng) * scale);
+    const float outlier = Bf16Round((row % 2 ? -1.0f : 1.0f) * magnitude(rng));
+    x[kOutlierChannel] = outlier;
+    if (row % 8 == 0) x[kOutlierChannel + 64] = -outlier;  // a second outlier block in some rows
+    if (row % 8 == 1) {  // the 1e-4 amax floor: 1e-6 down to 1e-10, the smaller on subnormals
+      for (int j = 0; j < 32; ++j) x[j] = Bf16Round((j % 2 ? -1e-6f : 1e-6f) * std::pow(0.75f, j));
+    }
+
+    std::vector<uint8_t> codes(kWidth);
+    std::vector<float> scales(kWidth / 32), deq(kWidth);
+    QuantizeActivationFq8B32(x, codes, scales);
+    DequantizeActivationFq8B32(codes, scales, deq);
+    const std::vector<float> want = RefFq8(x);
+    for (size_t i = 0; i < kWidth; ++i) {
+      ASSERT_EQ(Bits(deq[i]), Bits(want[i])) << "row " << row << " channel " << i << " x " << x[i];
+    }
+    std::vector<float> fq = x;
+    FakeQuantFq8B32(fq);
+    ExpectBitsEq(fq, want);
+
+    const size_t block = kOutlierChannel / 32;
+    const double amax = RefAmax(&x[block * 32], 32);
+    const double s = RefPow2Ceil(Fp32Mul(static_cast<float>(amax), static_cast<float>(1.0 / 448)));
+    ASSERT_EQ(static_cast<double>(scales[block]), s) << "row " << row;
+    EXPECT_GE(448.0 * s, std::fabs(outlier));  // no clipping: ceil, not floor
+    EXPECT_LE(std::fabs(deq[kOutlierChannel] - outlier), std::fabs(outlier) / 16);  // half an ulp
+    for (size_t j = block * 32; j < block * 32 + 32; ++j) {
+      if (j == kOutlierChannel) continue;
+      zeroed += (x[j] != 0.0f && deq[j] == 0.0f) ? 1 : 0;
+      subnormal_codes += (codes[j] & 0x78) == 0 && (codes[j] & 0x07) != 0 ? 1 : 0;
+    }
+    // A neighbouring block is untouched by the outlier: its scale is its own.
+    const double neighbour_amax = RefAmax(&x[(block + 1) * 32], 32);
+    EXPECT_LT(static_cast<double>(scales[block + 1]), s);
+    EXPECT_GE(448.0 * scales[block + 1], neighbour_amax);
+    if (row % 8 == 1) {
+      EXPECT_EQ(scales[0], 0x1p-22f);
+    }  // max(1e-6, 1e-4) · fp32(1/448) → 2^-22
+  }
+  EXPECT_GT(zeroed, 0);           // small values below half the smallest subnormal step vanish
+  EXPECT_GT(subnormal_codes, 0);  // and others land on e4m3 subnormals
+}
+
 // ---- Randomised comparison with the slow reference -------------------------------------------
 
 // Blocks mixing magnitudes over many decades, exact grid ties and zeros.
