@@ -198,6 +198,33 @@ TEST_F(ForwardTest, ChunkedPrefillAndDecodeEqualOneShotPrefill) {
   }
 }
 
+// The fast numerics (fp32 accumulation in a fixed blocked order) stay near the canonical
+// arithmetic (`--numerics reference`) at every position; on the strict preset every 32×32 tile
+// has its own scale, so a kernel that indexed scales by a wrong tile size would miss by far more.
+TEST_F(ForwardTest, FastNumericsStayNearTheReference) {
+  const std::vector<int32_t> ids = Prompt(9, kPromptTokens);
+  OwnedExecContext reference(1, Numerics::kReference);
+  const std::vector<float> want = RunChunked(ids, kPromptTokens, reference.ctx);
+  const std::vector<float> got = RunChunked(ids, kPromptTokens);
+  ASSERT_EQ(got.size(), want.size());
+  const size_t vocab = static_cast<size_t>(model_->vocab_size());
+  int num_far = 0;
+  double worst = 0;
+  for (size_t p = 0; p < ids.size(); ++p) {
+    double max_err = 0, max_abs = 0;
+    for (size_t v = 0; v < vocab; ++v) {
+      max_err = std::max(max_err, std::fabs(static_cast<double>(got[p * vocab + v]) -
+                                            want[p * vocab + v]));
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(want[p * vocab + v])));
+    }
+    worst = std::max(worst, max_err / std::max(1.0, max_abs));
+    num_far += max_err > 1e-3 * std::max(1.0, max_abs);
+  }
+  std::printf("fast vs reference: worst relative logit error %.3g, %d of %zu positions past 1e-3\n",
+              worst, num_far, ids.size());
+  EXPECT_EQ(num_far, 0);
+}
+
 TEST_F(ForwardTest, ThreadCountDoesNotChangeBits) {
   const std::vector<int32_t> ids = Prompt(8, kPromptTokens);
   OwnedExecContext three(3);

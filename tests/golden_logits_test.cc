@@ -15,13 +15,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "base/json.h"
 #include "base/npy.h"
 #include "base/thread_pool.h"
+#include "checkpoint/checkpoint_rewrite.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
 #include "engine/model_runner.h"
@@ -321,6 +325,60 @@ TEST_P(GoldenLogitsTest, EngineOnTheDiskTierMatchesTheGoldens) {
     EXPECT_LE(max_err, 1e-3);
     EXPECT_GT((*engine)->stats().engram_store.rows_read, 0u) << "rows came from the file";
   }
+}
+
+// The golden checkpoint stored again in the release's stricter layout (trap list L2, L5): every
+// `.scale` tensor as U8 instead of F8_E8M0 (the same exponent bytes), 48 shards, the routed
+// experts after every other tensor so that no layer's experts share a shard with its attention.
+// The prompt logits are the original layout's bits and within the golden bound at every stable
+// position, in both numerics.
+TEST_P(GoldenLogitsTest, RestoredWithU8ScalesIn48ShardsMatchesTheGoldens) {
+  const std::string model_dir = kGoldens + "/checkpoints/" + GetParam().model;
+  const std::string case_dir = kGoldens + "/cases/" + GetParam().model + "/" + GetParam().prompt;
+  const std::string restored = ::testing::TempDir() + "/golden_restored_" + GetParam().model +
+                               "_" + GetParam().prompt + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(restored);
+  RewriteOptions layout;
+  layout.num_shards = 48;
+  layout.scale_dtype = DType::kU8;
+  layout.place_last = [](std::string_view name) {
+    return name.find(".ffn.experts.") != std::string_view::npos;
+  };
+  const Status rewritten = RewriteCheckpoint(model_dir, restored, layout);
+  ASSERT_TRUE(rewritten.ok()) << rewritten.ToString();
+  Result<LoadedTextModel> original = LoadedTextModel::Load(model_dir);
+  Result<LoadedTextModel> m = LoadedTextModel::Load(restored);
+  ASSERT_TRUE(original.ok()) << original.status().ToString();
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->weights->checkpoint().shards().size(), 48u);
+  std::vector<int32_t> prompt;
+  for (int64_t id : ReadInts(case_dir + "/input_ids.npy")) {
+    prompt.push_back(static_cast<int32_t>(id));
+  }
+  const std::vector<float> golden = ReadFloats(case_dir + "/logits.npy");
+  const std::vector<float> stability = ReadFloats(case_dir + "/stability_gemm32.npy");
+  for (Numerics numerics : {Numerics::kReference, Numerics::kFast}) {
+    SCOPED_TRACE(numerics == Numerics::kFast ? "fast" : "reference");
+    OwnedExecContext exec(2, numerics);
+    Session want_session(*original->model, original->token_map, original->engram);
+    const std::vector<float> want = want_session.Feed(prompt, exec.ctx);
+    Session session(*m->model, m->token_map, m->engram);
+    const std::vector<float> got = session.Feed(prompt, exec.ctx);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    ASSERT_EQ(got.size(), golden.size());
+    const size_t vocab = got.size() / prompt.size();
+    double max_err = 0;
+    for (size_t p = 0; p < prompt.size(); ++p) {
+      if (stability[p] > 1e-4f) continue;
+      for (size_t v = 0; v < vocab; ++v) {
+        max_err = std::max(
+            max_err, static_cast<double>(std::fabs(got[p * vocab + v] - golden[p * vocab + v])));
+      }
+    }
+    EXPECT_LE(max_err, 1e-3);
+  }
+  std::filesystem::remove_all(restored);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCases, GoldenLogitsTest, ::testing::ValuesIn(AllGoldenCases()),

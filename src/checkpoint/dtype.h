@@ -37,6 +37,12 @@ std::string_view DTypeName(DType dtype);
 // Parses a safetensors dtype string; nullopt when unknown.
 std::optional<DType> DTypeFromName(std::string_view name);
 
+// Whether a `.scale` tensor of this dtype holds E8M0 exponent bytes: F8_E8M0, or U8 as some
+// converters store them (checkpoint.md §4). The byte is an exponent either way, never a number.
+constexpr bool IsE8m0ScaleDType(DType dtype) {
+  return dtype == DType::kF8E8M0 || dtype == DType::kU8;
+}
+
 using Shape = std::vector<int64_t>;
 
 // "[a, b, c]", for messages.

@@ -18,6 +18,8 @@ struct TinyFlags {
   std::string out;
   std::string preset = "tiny";
   bool bf16 = false;
+  std::optional<std::string> format, scale_dtype;
+  std::optional<int32_t> moe_intermediate;
   uint64_t seed = 1;
   std::optional<int32_t> shards;
   std::optional<int32_t> layers, hidden, vocab, window, experts, experts_per_tok, topk;
@@ -74,6 +76,10 @@ int RunTiny(const TinyFlags& flags) {
     c.compress_yarn.original_max_position_embeddings =
         static_cast<int64_t>(static_cast<double>(*flags.max_positions) / c.compress_yarn.factor);
   }
+  Override(flags.moe_intermediate, c.moe_intermediate_size);
+  if (flags.format) spec.format = *flags.format == "strict" ? TinySpec::Format::kStrict
+                                                             : TinySpec::Format::kSimple;
+  if (flags.scale_dtype) spec.scale_dtype = *flags.scale_dtype == "u8" ? DType::kU8 : DType::kF8E8M0;
   if (flags.bf16) MakeUnquantized(c);
   if (flags.engram_gib) {
     const Status s = SetEngramTableGib(c, *flags.engram_gib);
@@ -90,8 +96,9 @@ int RunTiny(const TinyFlags& flags) {
     std::fprintf(stderr, "dsv41 tiny: %s\n", summary.status().ToString().c_str());
     return 1;
   }
-  std::printf("wrote %s: preset %s%s, seed %llu, %d layers, %zu tensors, %.1f MB of tensors\n",
+  std::printf("wrote %s: preset %s%s%s, seed %llu, %d layers, %zu tensors, %.1f MB of tensors\n",
               flags.out.c_str(), flags.preset.c_str(), flags.bf16 ? " (bf16)" : "",
+              spec.format == TinySpec::Format::kStrict ? " (strict format)" : "",
               static_cast<unsigned long long>(flags.seed), summary->config.num_hidden_layers,
               summary->num_tensors, static_cast<double>(summary->tensor_bytes) / 1e6);
   return 0;
@@ -105,6 +112,13 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("-o,--out", flags->out, "directory to write (created)")->required();
   sub.add_option("--preset", flags->preset, "one of: " + presets);
   sub.add_flag("--bf16", flags->bf16, "unquantised BF16 weights (no .scale tensors)");
+  sub.add_option("--format", flags->format,
+                 "simple, or strict: the released format where the presets simplify (a gain per "
+                 "32x32 tile, distinct FP4 nibbles, experts in shards apart; tiny-strict's default)")
+      ->check(CLI::IsMember({"simple", "strict"}));
+  sub.add_option("--scale-dtype", flags->scale_dtype,
+                 "dtype of the .scale tensors: e8m0 (F8_E8M0, as released) or u8 (same bytes)")
+      ->check(CLI::IsMember({"e8m0", "u8"}));
   sub.add_option("-s,--seed", flags->seed, "seed of every drawn value");
   sub.add_option("--shards", flags->shards, "number of safetensors shards (1: model.safetensors)");
   sub.add_option("--layers", flags->layers, "num_hidden_layers");
@@ -124,6 +138,8 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("--index-topk", flags->topk, "index_topk");
   sub.add_option("--experts", flags->experts, "n_routed_experts");
   sub.add_option("--experts-per-tok", flags->experts_per_tok, "num_experts_per_tok");
+  sub.add_option("--moe-intermediate", flags->moe_intermediate,
+                 "moe_intermediate_size (expert width; a multiple of 32)");
   sub.add_option("--engram-layers", flags->engram_layers, "engram_layer_ids")->delimiter(',');
   sub.add_option("--engram-heads", flags->engram_heads, "engram_n_heads");
   sub.add_option("--engram-max-ngram", flags->engram_ngram, "engram_max_ngram_size");

@@ -289,8 +289,10 @@ std::optional<ConfigIssue> CheckQuantization(const ModelConfig& c) {
              "\"%s\"; only \"dynamic\" is supported", q.activation_scheme.c_str());
   DSV41_RULE(q.scale_fmt == "ue8m0", "quantization_config.scale_fmt",
              "\"%s\"; only \"ue8m0\" is supported", q.scale_fmt.c_str());
-  DSV41_RULE(q.weight_block_rows >= 1 && q.weight_block_cols >= 1,
-             "quantization_config.weight_block_size", "[%d, %d]; want positive sizes",
+  // V4.1 tiles FP8 weights 32×32 (V4 used 128×128); the kernels decode 32×32 tiles, so any other
+  // size is refused rather than read with the wrong scale per weight (trap L1).
+  DSV41_RULE(q.weight_block_rows == 32 && q.weight_block_cols == 32,
+             "quantization_config.weight_block_size", "[%d, %d]; only [32, 32] is supported",
              q.weight_block_rows, q.weight_block_cols);
   DSV41_RULE(q.expert_dtype.empty() || q.expert_dtype == "fp4", "quantization_config.expert_dtype",
              "\"%s\"; want \"fp4\" or absent", q.expert_dtype.c_str());

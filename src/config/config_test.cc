@@ -603,6 +603,11 @@ const RuleCase kRuleCases[] = {
      "quantization_config.expert_dtype: \"fp6\""},
     {"WeightBlockZero", [](ModelConfig& c) { c.quantization.weight_block_rows = 0; },
      "quantization_config.weight_block_size: [0, 32]"},
+    {"WeightBlockOfV4", [](ModelConfig& c) {
+       c.quantization.weight_block_rows = 128;
+       c.quantization.weight_block_cols = 128;
+     },
+     "quantization_config.weight_block_size: [128, 128]; only [32, 32] is supported"},
     {"ScaleFormatUnknown", [](ModelConfig& c) { c.quantization.scale_fmt = "fp32"; },
      "quantization_config.scale_fmt: \"fp32\""},
     {"ActivationSchemeStatic", [](ModelConfig& c) { c.quantization.activation_scheme = "static"; },

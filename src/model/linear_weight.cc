@@ -62,8 +62,8 @@ Result<LinearWeight> GetLinear(const ModelWeights& weights, std::string_view pre
     return InvalidArgumentError("'%s': %s weight without '%s'", weight_name.c_str(),
                                 std::string(DTypeName(w.dtype)).c_str(), scale_name.c_str());
   }
-  if (scale->dtype != DType::kF8E8M0 || scale->shape != want_scale) {
-    return InvalidArgumentError("'%s': %s %s, want F8_E8M0 %s", scale_name.c_str(),
+  if (!IsE8m0ScaleDType(scale->dtype) || scale->shape != want_scale) {
+    return InvalidArgumentError("'%s': %s %s, want F8_E8M0 (or U8) %s", scale_name.c_str(),
                                 std::string(DTypeName(scale->dtype)).c_str(),
                                 ShapeString(scale->shape).c_str(), ShapeString(want_scale).c_str());
   }

@@ -89,9 +89,40 @@ Result<StoredBytes> PlainBytes(uint64_t seed, const TensorSpec& spec) {
   return out;
 }
 
+// Strict format: multiplies each tile_rows × tile_cols tile of the row-major [rows, cols] values
+// by its own power of two 2^(t + g): t in [-10, 10] for the whole tensor, g in [-4, 4] per tile,
+// drawn from the tensor's stream. The E8M0 codes then differ between neighbouring blocks and
+// spread over ~±14 around the tensor class's base across the checkpoint. The per-tile range stays
+// narrow as in real weights: a matrix whose tiles span 2^28 is dominated by a few weights, and one
+// FP8 activation code flipped by an fp32 rounding difference then moves whole outputs.
+void ApplyStrictTileGains(uint64_t seed, std::string_view name, int64_t rows, int64_t cols,
+                          int64_t tile_rows, int64_t tile_cols, std::vector<float>& values) {
+  SplitMix64 rng(StreamSeed(seed, std::string(name) + "#tile-gains"));
+  const int tensor_exponent = static_cast<int>(rng.NextBelow(21)) - 10;
+  const int64_t tiles_per_row = (cols + tile_cols - 1) / tile_cols;
+  std::vector<int> exponents(static_cast<size_t>((rows + tile_rows - 1) / tile_rows * tiles_per_row));
+  for (int& e : exponents) e = tensor_exponent + static_cast<int>(rng.NextBelow(9)) - 4;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int e = exponents[static_cast<size_t>(r / tile_rows * tiles_per_row + c / tile_cols)];
+      float& v = values[static_cast<size_t>(r * cols + c)];
+      v = std::ldexp(v, e);
+    }
+  }
+}
+
+// Strict format: no packed FP4 byte holds two equal nibbles (element 2k ≠ element 2k+1), so
+// reading the nibbles in the wrong order changes the weights. The high nibble moves to the
+// neighbouring magnitude code.
+void MakeNibblesDistinct(std::vector<uint8_t>& packed) {
+  for (uint8_t& b : packed) {
+    if ((b & 0x0F) == (b >> 4)) b ^= 0x10;
+  }
+}
+
 // The stored bytes of a quantised weight (`spec` is the `.weight` tensor) and of its scale:
 // MXFP4 experts (I8), Engram tables (e4m3, one scale per 32 values of a row) or FP8 32×32 tiles.
-Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec) {
+Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec, bool strict) {
   if (spec.shape.size() != 2) {
     return InternalError("tensor '%s': a quantised weight must be 2-D", spec.name.c_str());
   }
@@ -102,12 +133,18 @@ Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec) {
   DrawValues(seed, spec.name, Shape{rows, cols}, values);
   // Round through bf16 first: the release's weights were bf16 before quantisation.
   for (float& v : values) v = F32FromBf16(Bf16FromF32(v));
+  const bool engram_table = EndsWith(spec.name, "engram.embed.weight");
+  if (strict) {
+    const int64_t tile_rows = mxfp4 || engram_table ? 1 : kFp8Tile;
+    ApplyStrictTileGains(seed, spec.name, rows, cols, tile_rows, 32, values);
+  }
   StoredBytes out;
   if (mxfp4) {
     DSV41_ASSIGN_OR_RETURN(Mxfp4Weights q, QuantizeMxfp4(rows, cols, values.data()));
     out.weight = std::move(q.weight);
     out.scale = std::move(q.scale);
-  } else if (EndsWith(spec.name, "engram.embed.weight")) {
+    if (strict) MakeNibblesDistinct(out.weight);
+  } else if (engram_table) {
     for (int64_t r = 0; r < rows; ++r) {
       DSV41_ASSIGN_OR_RETURN(Fp8BlockWeights q, QuantizeFp8Blocks(1, cols, &values[r * cols]));
       out.weight.insert(out.weight.end(), q.weight.begin(), q.weight.end());
@@ -213,8 +250,11 @@ std::vector<TensorSpec> TensorsToWrite(const ModelConfig& config, const LayerPla
 // Adds every tensor of `specs` to `writer` (SafetensorsWriter or ShardedCheckpointWriter) with a
 // function that generates its bytes while the file is written. Returns the tensor bytes.
 template <typename Writer>
-Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, uint64_t seed, bool bulk,
+Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, const TinySpec& tiny,
                             Writer& writer) {
+  const uint64_t seed = tiny.seed;
+  const bool bulk = tiny.bulk_values;
+  const bool strict = tiny.format == TinySpec::Format::kStrict;
   std::unordered_map<std::string, const TensorSpec*> by_name;
   for (const TensorSpec& s : specs) by_name[s.name] = &s;
   uint64_t tensor_bytes = 0;
@@ -233,17 +273,19 @@ Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, uint64_t seed,
       has_scale = by_name.count(s.name.substr(0, s.name.size() - 7) + ".scale") > 0;
     }
     const TensorSpec* stored = &s;
-    TensorBytesFn write = [seed, weight, stored, is_scale, has_scale,
-                           bulk](const ByteSink& sink) -> Status {
+    TensorBytesFn write = [seed, weight, stored, is_scale, has_scale, bulk,
+                           strict](const ByteSink& sink) -> Status {
       if (bulk && DrawnInBulk(*weight)) {
         return WriteBulk(seed, *stored, *weight, is_scale, has_scale || is_scale, sink);
       }
-      Result<StoredBytes> bytes =
-          (is_scale || has_scale) ? QuantizedBytes(seed, *weight) : PlainBytes(seed, *weight);
+      Result<StoredBytes> bytes = (is_scale || has_scale) ? QuantizedBytes(seed, *weight, strict)
+                                                          : PlainBytes(seed, *weight);
       if (!bytes.ok()) return bytes.status();
       return sink(AsBytes(is_scale ? bytes->scale : bytes->weight));
     };
-    DSV41_RETURN_IF_ERROR(writer.Add(s.name, s.dtype, s.shape, std::move(write)));
+    // Scale bytes are the same under either dtype (F8_E8M0 or U8).
+    const DType dtype = is_scale && s.dtype == DType::kF8E8M0 ? tiny.scale_dtype : s.dtype;
+    DSV41_RETURN_IF_ERROR(writer.Add(s.name, dtype, s.shape, std::move(write)));
     tensor_bytes += TensorBytes(s);
   }
   return tensor_bytes;
@@ -257,6 +299,10 @@ Status WriteJson(const std::filesystem::path& path, const OrderedJson& json) {
 
 Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const std::string& dir,
                                                   const ProgressFn& progress) {
+  if (!IsE8m0ScaleDType(spec.scale_dtype)) {
+    return InvalidArgumentError("scale dtype %s: want F8_E8M0 or U8",
+                                std::string(DTypeName(spec.scale_dtype)).c_str());
+  }
   ModelConfig config = spec.config;
   DSV41_ASSIGN_OR_RETURN(SyntheticTokenizer synthetic,
                          BuildSyntheticTokenizer(config.vocab_size, spec.seed));
@@ -276,7 +322,12 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
   config.engram_compressed_vocab_size = token_map.num_classes;
   DSV41_RETURN_IF_ERROR(ValidateConfig(config));
   const LayerPlan plan = PlanLayers(config);
-  const std::vector<TensorSpec> specs = TensorsToWrite(config, plan);
+  std::vector<TensorSpec> specs = TensorsToWrite(config, plan);
+  if (spec.format == TinySpec::Format::kStrict) {
+    std::stable_partition(specs.begin(), specs.end(), [](const TensorSpec& t) {
+      return !Contains(t.name, ".ffn.experts.");
+    });
+  }
 
   std::error_code ec;
   const std::filesystem::path root(dir);
@@ -288,14 +339,14 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
     SafetensorsWriter writer;
     writer.SetMetadata("format", "pt");
     DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes,
-                           AddTensors(specs, spec.seed, spec.bulk_values, writer));
+                           AddTensors(specs, spec, writer));
     DSV41_RETURN_IF_ERROR(writer.Write((root / kSingleFileCheckpoint).string()));
   } else {
     ShardedCheckpointWriter writer(
         dir, ShardingOptions{.num_shards = static_cast<size_t>(spec.num_shards)});
     writer.SetShardMetadata("format", "pt");
     DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes,
-                           AddTensors(specs, spec.seed, spec.bulk_values, writer));
+                           AddTensors(specs, spec, writer));
     DSV41_RETURN_IF_ERROR(writer.Finish(progress));
   }
 

@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
+#include <span>
 
 #include "base/mapped_file.h"
+#include "checkpoint/checkpoint.h"
 #include "config/engram_primes.h"
 #include "engram/token_map.h"
 #include "model/weights.h"
@@ -125,7 +128,8 @@ TEST_P(TinyPresetTest, ValuesAreFiniteAndNoRowIsZero) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, TinyPresetTest, ::testing::Values("tiny", "tiny-bf16"),
+INSTANTIATE_TEST_SUITE_P(Presets, TinyPresetTest,
+                         ::testing::Values("tiny", "tiny-bf16", "tiny-strict"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -231,6 +235,173 @@ TEST(TinyCheckpointTest, InvalidOverridesNameTheField) {
   EXPECT_NE(summary.status().message().find("kv_source_layer_ids"), std::string::npos)
       << summary.status().message();
   EXPECT_FALSE(TinyPreset("huge").ok());
+}
+
+// ---- the strict format (trap list L1–L5) ----------------------------------------------------
+
+std::vector<uint8_t> ScaleBytes(const ModelWeights& w, const std::string& name) {
+  const TensorView view = *w.Get(name);
+  const auto* p = reinterpret_cast<const uint8_t*>(view.bytes.data());
+  return std::vector<uint8_t>(p, p + view.bytes.size());
+}
+
+bool IsScale(const std::string& name) { return name.ends_with(".scale"); }
+
+// L1/L2: every scale tensor's codes differ between blocks and spread over ~100..135, at dims
+// that are multiples of 32 but not of 128; a wrong block size or a code read as a number then
+// changes the weights.
+TEST(StrictFormatTest, ScaleCodesSpreadOverTheTilesAtDimsNotAMultipleOf128) {
+  const std::string dir = TempDir("strict_codes");
+  Result<TinyCheckpointSummary> summary = WritePreset("tiny-strict", dir);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_NE(summary->config.hidden_size % 128, 0);
+  EXPECT_EQ(summary->config.hidden_size % 32, 0);
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  // wq_a [96, 224]: 3 × 7 tiles of 32 (a 128 tile would leave a 96 × 96 tail).
+  const std::vector<uint8_t> wq_a = ScaleBytes(*weights, "layers.0.attn.wq_a.scale");
+  EXPECT_EQ(weights->Get("layers.0.attn.wq_a.scale")->shape, (Shape{3, 7}));
+  EXPECT_GE(std::set<uint8_t>(wq_a.begin(), wq_a.end()).size(), 5u) << "21 tiles, one gain each";
+  int lowest = 255, highest = 0;
+  size_t num_scales = 0, num_pairs = 0, num_differing = 0;
+  for (const std::string& name : weights->checkpoint().tensor_names()) {
+    if (!IsScale(name)) continue;
+    ++num_scales;
+    const std::vector<uint8_t> codes = ScaleBytes(*weights, name);
+    const std::set<uint8_t> distinct(codes.begin(), codes.end());
+    if (codes.size() >= 4) {
+      EXPECT_GE(distinct.size(), 3u) << name;
+    }
+    // Neighbouring blocks along a row (9 gains per block: ~8 in 9 pairs differ).
+    const int64_t row = weights->Get(name)->shape.back();
+    for (size_t i = 1; i < codes.size(); ++i) {
+      if (static_cast<int64_t>(i) % row == 0) continue;
+      ++num_pairs;
+      num_differing += codes[i] != codes[i - 1];
+    }
+    lowest = std::min<int>(lowest, *distinct.begin());
+    highest = std::max<int>(highest, *distinct.rbegin());
+  }
+  EXPECT_GT(num_scales, 100u);
+  EXPECT_GT(static_cast<double>(num_differing), 0.8 * static_cast<double>(num_pairs));
+  EXPECT_LE(lowest, 105);
+  EXPECT_GE(highest, 130);
+  // Dequantised values stay finite (checked for every preset in ValuesAreFiniteAndNoRowIsZero).
+}
+
+// L3: element 2k ≠ element 2k+1 in every packed FP4 byte, so a swapped nibble order shows.
+TEST(StrictFormatTest, NoPackedExpertByteHoldsTwoEqualNibbles) {
+  const std::string dir = TempDir("strict_nibbles");
+  ASSERT_TRUE(WritePreset("tiny-strict", dir).ok());
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  size_t num_experts = 0;
+  for (const std::string& name : weights->checkpoint().tensor_names()) {
+    const TensorView view = *weights->Get(name);
+    if (view.dtype != DType::kI8) continue;
+    ++num_experts;
+    for (std::byte b : view.bytes) {
+      const auto v = static_cast<uint8_t>(b);
+      ASSERT_NE(v & 0x0F, v >> 4) << name;
+    }
+  }
+  EXPECT_GT(num_experts, 100u);
+}
+
+// L5: 48 shards, each layer's routed experts in shards apart from its attention weights.
+TEST(StrictFormatTest, FortyEightShardsWithExpertsApartFromTheirAttention) {
+  const std::string dir = TempDir("strict_shards");
+  ASSERT_TRUE(WritePreset("tiny-strict", dir).ok());
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  EXPECT_EQ(weights->checkpoint().shards().size(), 48u);
+  std::map<std::string, std::set<std::string>> attention_shards, expert_shards;
+  for (const std::string& name : weights->checkpoint().tensor_names()) {
+    const size_t attn = name.find(".attn.");
+    const size_t experts = name.find(".ffn.experts.");
+    const std::string shard = weights->checkpoint().Locate(name)->path;
+    if (attn != std::string::npos) attention_shards[name.substr(0, attn)].insert(shard);
+    if (experts != std::string::npos) expert_shards[name.substr(0, experts)].insert(shard);
+  }
+  ASSERT_EQ(expert_shards.size(), 13u) << "10 layers and 3 DSpark stages";
+  for (const auto& [layer, shards] : expert_shards) {
+    for (const std::string& shard : shards) {
+      EXPECT_EQ(attention_shards[layer].count(shard), 0u) << layer << ": " << shard;
+    }
+  }
+}
+
+// L2: the same bytes under U8 scale tensors load as the same weights; the simple format's
+// neighbouring tiles share codes (what the strict format is for).
+TEST(StrictFormatTest, U8ScaleTensorsLoadAsTheSameWeights) {
+  Result<TinySpec> spec = TinyPreset("tiny-strict");
+  ASSERT_TRUE(spec.ok());
+  spec->num_shards = 2;
+  const std::string e8m0_dir = TempDir("strict_e8m0");
+  const std::string u8_dir = TempDir("strict_u8");
+  ASSERT_TRUE(WriteTinyCheckpoint(*spec, e8m0_dir).ok());
+  spec->scale_dtype = DType::kU8;
+  Result<TinyCheckpointSummary> u8 = WriteTinyCheckpoint(*spec, u8_dir);
+  ASSERT_TRUE(u8.ok()) << u8.status().ToString();
+  Result<ModelWeights> a = ModelWeights::Load(e8m0_dir);
+  Result<ModelWeights> b = ModelWeights::Load(u8_dir);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  size_t num_u8 = 0;
+  for (const TensorSpec& t : a->expected()) {
+    const TensorView x = *a->Get(t.name);
+    const TensorView y = *b->Get(t.name);
+    if (IsScale(t.name)) {
+      EXPECT_EQ(x.dtype, DType::kF8E8M0) << t.name;
+      EXPECT_EQ(y.dtype, DType::kU8) << t.name;
+      num_u8 += y.dtype == DType::kU8;
+    }
+    ASSERT_EQ(x.bytes.size(), y.bytes.size()) << t.name;
+    EXPECT_EQ(std::memcmp(x.bytes.data(), y.bytes.data(), x.bytes.size()), 0) << t.name;
+    if (!IsScale(t.name)) {
+      const std::vector<float> vx = Values(*a, t), vy = Values(*b, t);
+      EXPECT_EQ(vx, vy) << t.name;
+    }
+  }
+  EXPECT_GT(num_u8, 100u);
+}
+
+// L2 negative: an F32 tensor under a `.scale` name is refused, naming it, not cast.
+TEST(StrictFormatTest, F32ScaleTensorIsRefusedNamingIt) {
+  Result<TinySpec> spec = TinyPreset("tiny");
+  ASSERT_TRUE(spec.ok());
+  spec->scale_dtype = DType::kF32;
+  const Result<TinyCheckpointSummary> refused = WriteTinyCheckpoint(*spec, TempDir("f32_gen"));
+  EXPECT_FALSE(refused.ok()) << "the writer itself only writes exponent bytes";
+
+  // Rewrite one scale of a valid checkpoint as F32 values 2^(code-127) in the same shape.
+  const std::string dir = TempDir("f32_scale");
+  spec->scale_dtype = DType::kF8E8M0;
+  spec->num_shards = 1;
+  ASSERT_TRUE(WriteTinyCheckpoint(*spec, dir).ok());
+  const std::string victim = "layers.2.attn.wq_b.scale";
+  {
+    Result<Checkpoint> source = Checkpoint::Open(dir);
+    ASSERT_TRUE(source.ok());
+    SafetensorsWriter writer;
+    std::vector<float> f32;
+    for (const std::string& name : source->tensor_names()) {
+      const TensorView view = *source->Find(name);
+      if (name == victim) {
+        for (std::byte b : view.bytes) f32.push_back(F32FromE8m0(static_cast<uint8_t>(b)));
+        ASSERT_TRUE(writer.Add(name, DType::kF32, view.shape, std::as_bytes(std::span(f32))).ok());
+      } else {
+        ASSERT_TRUE(writer.Add(name, view.dtype, view.shape, view.bytes).ok());
+      }
+    }
+    ASSERT_TRUE(writer.Write(dir + "/model.safetensors.new").ok());
+  }
+  std::filesystem::rename(dir + "/model.safetensors.new", dir + "/model.safetensors");
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_FALSE(weights.ok());
+  EXPECT_NE(weights.status().message().find("'" + victim + "': dtype F32, want F8_E8M0 (or U8)"),
+            std::string::npos)
+      << weights.status().ToString();
 }
 
 TEST(SyntheticTokenizerTest, HasExactlyTheVocabAndRoundTripsText) {

@@ -132,7 +132,7 @@ Status SetEngramTableGib(ModelConfig& config, double gib) {
 
 void MakeUnquantized(ModelConfig& config) { config.quantization = QuantizationConfig{}; }
 
-std::vector<std::string_view> TinyPresetNames() { return {"tiny", "tiny-bf16", "small", "flash"}; }
+std::vector<std::string_view> TinyPresetNames() { return {"tiny", "tiny-bf16", "tiny-strict", "small", "flash"}; }
 
 Result<TinySpec> TinyPreset(std::string_view name) {
   TinySpec spec;
@@ -141,6 +141,12 @@ Result<TinySpec> TinyPreset(std::string_view name) {
   } else if (name == "tiny-bf16") {
     spec.config = TinyConfig();
     MakeUnquantized(spec.config);
+  } else if (name == "tiny-strict") {
+    spec.config = TinyConfig();
+    spec.config.hidden_size = 224;
+    spec.config.q_lora_rank = 96;
+    spec.format = TinySpec::Format::kStrict;
+    spec.num_shards = 48;
   } else if (name == "small") {
     spec.config = SmallConfig();
     spec.num_shards = 4;

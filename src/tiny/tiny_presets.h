@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "checkpoint/dtype.h"
 #include "config/config.h"
 
 namespace dsv41 {
@@ -19,6 +20,18 @@ struct TinySpec {
   // random finite e4m3 codes, MXFP4 bytes and bf16 values at the tensor's magnitude, with scale
   // bytes to match — instead of quantising drawn fp32 values: real-sized checkpoints in minutes.
   bool bulk_values = false;
+  // kStrict writes the released format where kSimple simplifies (trap list L1–L5): every FP8
+  // 32×32 tile and MXFP4 / Engram 32-block gets its own power-of-two gain (2^±4 around a gain of
+  // 2^±10 per tensor), so neighbouring E8M0 codes differ and spread over ~101..135 across the
+  // checkpoint; every packed
+  // FP4 byte holds two different nibbles; the routed experts come after every other tensor, so
+  // with many shards they sit in shards apart from their layer's attention. Applies to tensors
+  // drawn value by value (not to bulk_values tensors).
+  enum class Format { kSimple, kStrict };
+  Format format = Format::kSimple;
+  // The dtype of every `.scale` tensor: F8_E8M0 as released, or U8 as some converters store
+  // the same bytes.
+  DType scale_dtype = DType::kF8E8M0;
 };
 
 // Names of the built-in presets, the default first.
@@ -29,6 +42,8 @@ std::vector<std::string_view> TinyPresetNames();
 //              the candidate filter), Engram on a ratio-0 and a ratio-2 layer, 3 DSpark stages;
 //              FP8 + MXFP4 weights (checkpoint.md §8.2). The Quick start's built-in model.
 //   tiny-bf16  the same structure with unquantised BF16 weights (no .scale tensors).
+//   tiny-strict the same structure in the strict format (TinySpec::Format::kStrict) at hidden 224,
+//              q rank 96 (multiples of 32, not of 128), in 48 shards.
 //   small      the same structure at ~1.2 GB of weights, for speed baselines.
 //   flash      the released model's layer shapes (hidden 5120, 64 heads of 512, q rank 1280, 8
 //              output groups of rank 1024, indexer 32 × 128 top-512, window 128, experts of 2304,
