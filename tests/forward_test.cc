@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -198,32 +199,54 @@ TEST_F(ForwardTest, ChunkedPrefillAndDecodeEqualOneShotPrefill) {
   }
 }
 
+#ifndef DSV41_FORWARD_CHAOTIC_PRESET
+// max |got − want| over position p's logits, relative to max(1, max |want|).
+double RelativeLogitError(std::span<const float> got, std::span<const float> want, size_t vocab,
+                          size_t p) {
+  double max_err = 0, max_abs = 0;
+  for (size_t v = p * vocab; v < (p + 1) * vocab; ++v) {
+    max_err = std::max(max_err, std::fabs(static_cast<double>(got[v]) - want[v]));
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(want[v])));
+  }
+  return max_err / std::max(1.0, max_abs);
+}
+
 // The fast numerics (fp32 accumulation in a fixed blocked order) stay near the canonical
-// arithmetic (`--numerics reference`) at every position; on the strict preset every 32×32 tile
-// has its own scale, so a kernel that indexed scales by a wrong tile size would miss by far more.
-TEST_F(ForwardTest, FastNumericsStayNearTheReference) {
+// arithmetic (`--numerics reference`) at every noise-stable position: by the goldens' rule, where
+// the noise probe (plain fp32 sums, Numerics::kPlainFp32) moves the logits by at most 1e-4. On
+// the strict preset every 32×32 tile has its own scale, so a kernel that indexed scales by a
+// wrong tile size would miss by far more. The quantised presets' positions are nearly all stable
+// (FP8 activation codes absorb the order's noise), so the comparison covers the prompt.
+// (tiny-bf16 has no activation quantisation: fp32 noise reaches bf16 roundings, KV fake-quant
+// codes and expert near-ties, and the probe moves most of its positions by far more than 1e-3 —
+// like the goldens' tiny-b, whose legal orders differ there — so it is not built there.)
+TEST_F(ForwardTest, FastNumericsStayNearTheReferenceAtStablePositions) {
   const std::vector<int32_t> ids = Prompt(9, kPromptTokens);
   OwnedExecContext reference(1, Numerics::kReference);
+  OwnedExecContext probe(1, Numerics::kPlainFp32);
   const std::vector<float> want = RunChunked(ids, kPromptTokens, reference.ctx);
+  const std::vector<float> noise = RunChunked(ids, kPromptTokens, probe.ctx);
   const std::vector<float> got = RunChunked(ids, kPromptTokens);
   ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(noise.size(), want.size());
   const size_t vocab = static_cast<size_t>(model_->vocab_size());
-  int num_far = 0;
+  int num_stable = 0, num_far = 0;
   double worst = 0;
   for (size_t p = 0; p < ids.size(); ++p) {
-    double max_err = 0, max_abs = 0;
-    for (size_t v = 0; v < vocab; ++v) {
-      max_err = std::max(max_err, std::fabs(static_cast<double>(got[p * vocab + v]) -
-                                            want[p * vocab + v]));
-      max_abs = std::max(max_abs, std::fabs(static_cast<double>(want[p * vocab + v])));
-    }
-    worst = std::max(worst, max_err / std::max(1.0, max_abs));
-    num_far += max_err > 1e-3 * std::max(1.0, max_abs);
+    if (RelativeLogitError(noise, want, vocab, p) > 1e-4) continue;
+    ++num_stable;
+    const double err = RelativeLogitError(got, want, vocab, p);
+    worst = std::max(worst, err);
+    num_far += err > 1e-3;
   }
-  std::printf("fast vs reference: worst relative logit error %.3g, %d of %zu positions past 1e-3\n",
-              worst, num_far, ids.size());
+  std::printf(
+      "fast vs reference: worst relative logit error %.3g over %d of %zu noise-stable positions, "
+      "%d past 1e-3\n",
+      worst, num_stable, ids.size(), num_far);
+  EXPECT_GE(num_stable, kPromptTokens * 4 / 5) << "the probe moves most positions: nothing tested";
   EXPECT_EQ(num_far, 0);
 }
+#endif
 
 TEST_F(ForwardTest, ThreadCountDoesNotChangeBits) {
   const std::vector<int32_t> ids = Prompt(8, kPromptTokens);

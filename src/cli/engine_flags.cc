@@ -37,7 +37,8 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
       ->capture_default_str();
   app.add_option("--numerics", flags.numerics,
                  "weight products: fast (this CPU's fastest kernel, fp32 accumulation), reference "
-                 "(exact accumulation, slow), fma or bf16-dot (force a fast kernel)")
+                 "(exact accumulation, slow), fma or bf16-dot (force a fast kernel), plain-fp32 "
+                 "(fp32 sums in index order, slow: the goldens' noise probe)")
       ->capture_default_str();
   app.add_option("--simd", flags.simd,
                  "instruction sets the kernels may use: best (this CPU's), avx2 or scalar (caps, "
@@ -167,13 +168,14 @@ Result<Numerics> ParseNumerics(const std::string& name) {
   if (name == "fast") return Numerics::kFast;
   if (name == "reference") return Numerics::kReference;
   if (name == "fma") return Numerics::kFastFma;
+  if (name == "plain-fp32") return Numerics::kPlainFp32;
   if (name == "bf16-dot") {
     if (!CpuHasBf16Dot()) {
       return InvalidArgumentError("--numerics bf16-dot: this CPU has no AVX512-BF16");
     }
     return Numerics::kFastBf16Dot;
   }
-  return InvalidArgumentError("--numerics '%s': want fast, reference, fma or bf16-dot",
+  return InvalidArgumentError("--numerics '%s': want fast, reference, fma, bf16-dot or plain-fp32",
                               name.c_str());
 }
 

@@ -101,18 +101,20 @@ void CopyPadded(std::span<const float> x, int64_t rows, int64_t in, int64_t stri
   }
 }
 
-// The reference kernel over a prepared (natural order, fp32) input: each output the double sum of
-// exact products in index order, rounded once.
-void ReferenceOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
-                      float* y, int64_t y_stride) {
+// The scalar kernels over a prepared (natural order, fp32) input, in index order: kReference sums
+// the exact products in double and rounds once (fp32 × fp32 products are exact in double);
+// kPlainFp32 rounds every product and every partial sum to fp32.
+template <typename Sum>
+void ScalarOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
+                   float* y, int64_t y_stride) {
   std::vector<float> wrow(static_cast<size_t>(w.in));
   for (int64_t o = o_begin; o < o_end; ++o) {
     DequantizeRowRef(w, o, wrow);
     for (int64_t r = 0; r < x.rows; ++r) {
       const float* xr = x.f32 + r * x.stride;
-      double sum = 0.0;  // fp32 × fp32 products are exact in double
+      Sum sum = 0;
       for (int64_t i = 0; i < w.in; ++i) {
-        sum += static_cast<double>(wrow[i]) * static_cast<double>(xr[i]);
+        sum += static_cast<Sum>(static_cast<Sum>(wrow[i]) * static_cast<Sum>(xr[i]));
       }
       y[r * y_stride + o] = static_cast<float>(sum);
     }
@@ -122,6 +124,7 @@ void ReferenceOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_beg
 int64_t Stride(const LinearWeight& w, GemmKernel kernel) {
   switch (kernel) {
     case GemmKernel::kReference:
+    case GemmKernel::kPlainFp32:
     case GemmKernel::kFma:
       return linear_internal::FmaStride(w);
     case GemmKernel::kBf16Dot:
@@ -155,6 +158,7 @@ bool PreferBf16Dot() {
 GemmKernel SelectGemmKernel(const LinearWeight& w, const LinearOptions& options,
                             Numerics numerics) {
   if (numerics == Numerics::kReference) return GemmKernel::kReference;
+  if (numerics == Numerics::kPlainFp32) return GemmKernel::kPlainFp32;
   const bool dot_eligible =
       w.format != WeightFormat::kF32 && (options.quantize_activations || options.bf16_inputs);
   switch (numerics) {
@@ -222,6 +226,8 @@ const char* GemmKernelName(GemmKernel kernel) {
       return "fp32-fma";
     case GemmKernel::kBf16Dot:
       return "bf16-dot";
+    case GemmKernel::kPlainFp32:
+      return "plain-fp32";
   }
   return "?";
 }
@@ -263,7 +269,7 @@ LinearInput PrepareLinearInput(const LinearWeight& w, std::span<const float> x, 
   }
 #endif
   if (options.quantize_activations && w.in > 0) {
-    if (kernel == GemmKernel::kReference) {
+    if (kernel == GemmKernel::kReference || kernel == GemmKernel::kPlainFp32) {
       // The codec path, as LinearRef.
       std::vector<uint8_t> codes(static_cast<size_t>(NumTiles(w.in) * kBlock));
       std::vector<float> scales(codes.size() / kBlock);
@@ -278,6 +284,7 @@ LinearInput PrepareLinearInput(const LinearWeight& w, std::span<const float> x, 
   }
   switch (kernel) {
     case GemmKernel::kReference:
+    case GemmKernel::kPlainFp32:
       input.f32 = f32;
       break;
     case GemmKernel::kFma:
@@ -303,7 +310,10 @@ void LinearOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin,
   if (o_begin >= o_end || x.rows == 0) return;
   switch (x.kernel) {
     case GemmKernel::kReference:
-      ReferenceOutputs(w, x, o_begin, o_end, y, y_stride);
+      ScalarOutputs<double>(w, x, o_begin, o_end, y, y_stride);
+      break;
+    case GemmKernel::kPlainFp32:
+      ScalarOutputs<float>(w, x, o_begin, o_end, y, y_stride);
       break;
     case GemmKernel::kFma:
       linear_internal::FmaOutputs(w, x, o_begin, o_end, y, y_stride);
@@ -385,7 +395,7 @@ void LinearRef(const LinearWeight& w, std::span<const float> x, int64_t rows, st
   const LinearInput input =
       PrepareLinearInput(w, x, rows, options, GemmKernel::kReference,
                          std::span<std::byte>(storage).subspan(skip, storage.size() - skip));
-  ReferenceOutputs(w, input, 0, w.out, y.data(), w.out);
+  ScalarOutputs<double>(w, input, 0, w.out, y.data(), w.out);
 }
 
 }  // namespace dsv41

@@ -7,7 +7,9 @@
 //   kReference  the scalar loop: exact products accumulated in double, rounded once (LinearRef);
 //   kFma        Highway, every target: weights decoded exactly to fp32, fp32 FMA accumulation;
 //   kBf16Dot    x86 with AVX512-BF16: weights decoded exactly to bf16, pairs of exact products
-//               accumulated in fp32 by the bf16 dot-product instruction (VDPBF16PS).
+//               accumulated in fp32 by the bf16 dot-product instruction (VDPBF16PS);
+//   kPlainFp32  the scalar loop summing the exact products in fp32 in index order: the noise
+//               probe of Numerics::kPlainFp32, slow.
 // Every e4m3, e2m1 and bf16 weight value and every fq8_b32-quantised activation is exact in bf16,
 // and their products are exact in fp32, so the fast kernels differ from the exact sum only by
 // their fp32 accumulation order — the freedom §12.8 item 1 allows. That order is fixed per kernel
@@ -54,7 +56,7 @@ struct LinearOptions {
   bool bf16_inputs = false;
 };
 
-enum class GemmKernel : uint8_t { kReference, kFma, kBf16Dot };
+enum class GemmKernel : uint8_t { kReference, kFma, kBf16Dot, kPlainFp32 };
 
 // The kernel `numerics` selects for products with `w` under `options` on this CPU: kReference
 // for Numerics::kReference; kBf16Dot where the CPU has AVX512-BF16 (and, for kFast, where it is
@@ -94,7 +96,7 @@ struct LinearInput {
   int64_t rows = 0;
   int64_t in = 0;
   int64_t stride = 0;              // elements per prepared row
-  const float* f32 = nullptr;      // kReference, kFma: [rows, stride]
+  const float* f32 = nullptr;      // kReference, kPlainFp32, kFma: [rows, stride]
   const uint16_t* bf16 = nullptr;  // kBf16Dot: [rows, stride] bf16 bits in the kernel's order
 };
 

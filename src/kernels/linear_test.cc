@@ -41,6 +41,8 @@ void ForEachKernel(const Fn& fn) {
     SCOPED_TRACE("bf16-dot");
     fn(Numerics::kFastBf16Dot);
   }
+  SCOPED_TRACE("plain-fp32");
+  fn(Numerics::kPlainFp32);
 }
 
 // Linear on a context of its own.
@@ -178,6 +180,27 @@ TEST(LinearRefTest, Bf16HandComputedTwoInputRows) {
     EXPECT_EQ(yf[0], 3.0f);
     EXPECT_EQ(yf[1], 3.5f);
   });
+}
+
+// The noise probe sums in plain fp32 in index order: 1 + 32 · 2^-24 rounds back to 1 after every
+// step (each partial sum 1 + 2^-24 is a tie to even), while the exact sum 1 + 2^-19 is an fp32
+// value the reference returns. Reversed, the small terms add up first and plain fp32 is exact too.
+TEST(LinearRefTest, PlainFp32SumsInIndexOrder) {
+  std::vector<uint8_t> weight(2 * 33);
+  for (int i = 0; i < 33; ++i) weight[2 * i + 1] = 0x3F;  // bf16 0x3F80 = 1.0, little endian
+  for (int i = 0; i < 33; ++i) weight[2 * i] = 0x80;
+  const LinearWeight w{WeightFormat::kBf16, 1, 33, Bytes(weight), {}};
+  std::vector<float> x(33, 0x1p-24f);
+  x[0] = 1.0f;
+  const LinearOptions options{.bf16_inputs = true};
+  std::vector<float> y(1);
+  RunLinear(w, x, 1, y, options, Numerics::kReference);
+  EXPECT_EQ(y[0], 1.0f + 0x1p-19f);
+  RunLinear(w, x, 1, y, options, Numerics::kPlainFp32);
+  EXPECT_EQ(y[0], 1.0f);
+  std::reverse(x.begin(), x.end());
+  RunLinear(w, x, 1, y, options, Numerics::kPlainFp32);
+  EXPECT_EQ(y[0], 1.0f + 0x1p-19f);
 }
 
 // ---- random matrices: the fast path against LinearRef, LinearRef against an expansion --------
@@ -579,6 +602,8 @@ TEST(LinearTest, KernelSelection) {
             GemmKernel::kReference);
   EXPECT_EQ(SelectGemmKernel(fp8, {.quantize_activations = true}, Numerics::kFastFma),
             GemmKernel::kFma);
+  EXPECT_EQ(SelectGemmKernel(bf16, {.bf16_inputs = true}, Numerics::kPlainFp32),
+            GemmKernel::kPlainFp32);
   EXPECT_EQ(SelectGemmKernel(bf16, {}, Numerics::kFastBf16Dot), GemmKernel::kFma);
   EXPECT_EQ(SelectGemmKernel(f32, {.bf16_inputs = true}, Numerics::kFastBf16Dot), GemmKernel::kFma);
   const GemmKernel dot = CpuHasBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma;
