@@ -7,6 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libhwy-dev libpcre2-dev libicu-dev
+  libpng-dev libjpeg62-turbo-dev     # image input (vision.md §4): PNG and the JPEG decoder Pillow uses
 
 )
 missing=()

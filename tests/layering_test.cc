@@ -22,9 +22,9 @@ const std::filesystem::path kSrc = std::filesystem::path(DSV41_SOURCE_ROOT) / "s
 
 // Bottom to top, as docs/layers.md lists them.
 const std::map<std::string, int> kLayerRank = {
-    {"base", 0},   {"numerics", 1}, {"checkpoint", 2}, {"kernels", 3}, {"text", 4},
-    {"config", 5}, {"kv", 6},       {"engram", 7},     {"model", 8},   {"engine", 9},
-    {"tiny", 10},  {"server", 11},  {"cli", 12},
+    {"base", 0},    {"numerics", 1}, {"vision", 2},  {"checkpoint", 3}, {"kernels", 4},
+    {"text", 5},    {"config", 6},   {"kv", 7},      {"engram", 8},     {"model", 9},
+    {"engine", 10}, {"tiny", 11},    {"server", 12}, {"cli", 13},
 };
 
 std::vector<std::filesystem::path> SourceFiles() {

@@ -1,0 +1,33 @@
+#include "vision/image_input.h"
+
+#include "vision/letterbox.h"
+
+namespace dsv41 {
+
+Sha256Digest ImageContentSha256(const RgbImage& image) {
+  Sha256 hash;
+  uint8_t size[8];
+  for (int i = 0; i < 4; ++i) {
+    size[i] = static_cast<uint8_t>(static_cast<uint32_t>(image.width) >> (8 * i));
+    size[4 + i] = static_cast<uint8_t>(static_cast<uint32_t>(image.height) >> (8 * i));
+  }
+  hash.Update(size);
+  hash.Update(image.pixels);
+  return hash.Finish();
+}
+
+Result<PreparedImage> PrepareDecodedImage(const RgbImage& image, const ImagePlanParams& params) {
+  PreparedImage prepared;
+  DSV41_ASSIGN_OR_RETURN(prepared.plan, PlanImage(image.width, image.height, params));
+  prepared.canvas = Letterbox(image, prepared.plan);
+  prepared.content_sha256 = ImageContentSha256(image);
+  return prepared;
+}
+
+Result<PreparedImage> PrepareImage(std::span<const uint8_t> bytes, const ImagePlanParams& params,
+                                   const ImageDecodeOptions& options) {
+  DSV41_ASSIGN_OR_RETURN(RgbImage image, DecodeImage(bytes, options));
+  return PrepareDecodedImage(image, params);
+}
+
+}  // namespace dsv41
