@@ -193,6 +193,15 @@ Status WriteNpyFloat32(const std::string& path, std::span<const float> values,
   return WriteStringToFile(path, SerializeNpyFloat32(values, shape));
 }
 
+std::string SerializeNpyUint8(std::span<const uint8_t> values, std::span<const int64_t> shape) {
+  return SerializeNpy("|u1", values.data(), values.size(), shape);
+}
+
+Status WriteNpyUint8(const std::string& path, std::span<const uint8_t> values,
+                     std::span<const int64_t> shape) {
+  return WriteStringToFile(path, SerializeNpyUint8(values, shape));
+}
+
 Status WriteNpyInt64(const std::string& path, std::span<const int64_t> values,
                      std::span<const int64_t> shape) {
   return WriteStringToFile(path, SerializeNpyInt64(values, shape));

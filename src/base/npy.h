@@ -29,12 +29,15 @@ struct NpyArray {
 Result<NpyArray> ParseNpy(std::span<const std::byte> bytes, std::string_view what);
 Result<NpyArray> ReadNpy(const std::string& path);
 
-// Serialises a float32 / int64 array of `shape` (format 1.0, C order, little-endian).
+// Serialises a float32 / int64 / uint8 array of `shape` (format 1.0, C order, little-endian).
 std::string SerializeNpyFloat32(std::span<const float> values, std::span<const int64_t> shape);
 std::string SerializeNpyInt64(std::span<const int64_t> values, std::span<const int64_t> shape);
+std::string SerializeNpyUint8(std::span<const uint8_t> values, std::span<const int64_t> shape);
 Status WriteNpyFloat32(const std::string& path, std::span<const float> values,
                        std::span<const int64_t> shape);
 Status WriteNpyInt64(const std::string& path, std::span<const int64_t> values,
+                     std::span<const int64_t> shape);
+Status WriteNpyUint8(const std::string& path, std::span<const uint8_t> values,
                      std::span<const int64_t> shape);
 
 }  // namespace dsv41

@@ -45,6 +45,17 @@ TEST(NpyTest, Int64WriteThenReadRoundTrips) {
   EXPECT_EQ(back->ToInt64(), values);
 }
 
+TEST(NpyTest, Uint8WriteThenReadRoundTrips) {
+  const std::vector<uint8_t> values = {0, 127, 255, 1, 2, 3};
+  const std::vector<int64_t> shape = {1, 2, 3};
+  const std::string bytes = SerializeNpyUint8(values, shape);
+  Result<NpyArray> back = ParseNpy(std::as_bytes(std::span(bytes.data(), bytes.size())), "mem");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->descr, "|u1");
+  EXPECT_EQ(back->shape, shape);
+  EXPECT_EQ(back->ToInt64(), (std::vector<int64_t>{0, 127, 255, 1, 2, 3}));
+}
+
 TEST(NpyTest, WritesNumpysShapeSpelling) {
   const std::vector<float> v = {1, 2, 3};
   const std::vector<int64_t> one_dim = {3};

@@ -210,11 +210,32 @@ constexpr int32_t kMaxLayers = 4096;
 
 // Keys that are known but not read into ModelConfig fields (no debug log for them).
 constexpr std::string_view kOtherKnownKeys[] = {
-    "architectures",        "model_type",          "dtype",           "torch_dtype",
-    "tie_word_embeddings",  "quantization_config", "text_config",     "vision_config",
-    "transformers_version", "topk_method",         "rope_scaling",    "rope_parameters",
-    "scoring_func",         "score_func",          "compress_ratios", "expert_dtype",
+    "architectures",
+    "model_type",
+    "dtype",
+    "torch_dtype",
+    "tie_word_embeddings",
+    "quantization_config",
+    "text_config",
+    "vision_config",
+    "transformers_version",
+    "topk_method",
+    "rope_scaling",
+    "rope_parameters",
+    "scoring_func",
+    "score_func",
+    "compress_ratios",
+    "expert_dtype",
     "vision_n_layers",
+    "vision_dim",
+    "vision_n_heads",
+    "vision_inter_dim",
+    "vision_patch_size",
+    "vision_rope_theta",
+    "vision_downsample_ratio",
+    "vision_max_n_token",
+    "vision_min_pixels",
+    "vision_max_wh_ratio",
 };
 
 // One JSON object values are looked up in.
@@ -781,6 +802,93 @@ Status CheckConfigRules(const ModelConfig& config, const WhereByField& where_by_
   return OkStatus();
 }
 
+// One field of the vision tower: its name in vision_config and in the flat inference config.
+struct VisionFieldSpec {
+  std::string_view name;  // in vision_config
+  std::string_view flat;  // in inference/config.json
+  std::variant<int32_t*, int64_t*, double*> (*ref)(VisionConfig&);
+  bool required = true;  // when the tower exists
+};
+
+#define DSV41_VISION_FIELD(member) \
+  [](VisionConfig& v) -> std::variant<int32_t*, int64_t*, double*> { return &v.member; }
+
+// vision.md §1's table, num_hidden_layers first.
+const std::vector<VisionFieldSpec>& VisionFields() {
+  static const std::vector<VisionFieldSpec> kFields = {
+      {"num_hidden_layers", "vision_n_layers", DSV41_VISION_FIELD(num_hidden_layers)},
+      {"hidden_size", "vision_dim", DSV41_VISION_FIELD(hidden_size)},
+      {"num_attention_heads", "vision_n_heads", DSV41_VISION_FIELD(num_attention_heads)},
+      {"intermediate_size", "vision_inter_dim", DSV41_VISION_FIELD(intermediate_size)},
+      {"patch_size", "vision_patch_size", DSV41_VISION_FIELD(patch_size)},
+      {"rope_theta", "vision_rope_theta", DSV41_VISION_FIELD(rope_theta), false},
+      {"downsample_ratio", "vision_downsample_ratio", DSV41_VISION_FIELD(downsample_ratio)},
+      {"max_image_tokens", "vision_max_n_token", DSV41_VISION_FIELD(max_image_tokens)},
+      {"min_pixels", "vision_min_pixels", DSV41_VISION_FIELD(min_pixels)},
+  };
+  return kFields;
+}
+
+// vision_config of config.json and the vision_* names of the inference config (they must
+// agree). Without a tower nothing else is read; with one, every field but rope_theta must be
+// given, and max_wh_ratio must be null (an aspect cap is not specified).
+Status ReadVisionConfig(const ConfigSources& all, ModelConfig& config,
+                        WhereByField& where_by_field) {
+  std::vector<Source> nested;
+  std::vector<Source> flat;
+  if (all.config_json != nullptr) {
+    const auto it = all.config_json->find("vision_config");
+    if (it != all.config_json->end() && !it->is_null()) {
+      if (!it->is_object()) {
+        return InvalidArgumentError("config.json: vision_config: want an object, got %s",
+                                    Describe(*it).c_str());
+      }
+      nested.push_back({&*it, "config.json", "vision_config."});
+    }
+  }
+  if (all.inference_json != nullptr) flat.push_back({all.inference_json, all.ref_file, ""});
+  for (const VisionFieldSpec& field : VisionFields()) {
+    std::vector<Found> found = FindAll(nested, {field.name});
+    for (Found& f : FindAll(flat, {field.flat})) found.push_back(std::move(f));
+    DSV41_ASSIGN_OR_RETURN(std::string where,
+                           std::visit([&](auto* target) { return ReadAgreeing(found, target); },
+                                      field.ref(config.vision)));
+    if (config.vision.num_hidden_layers < 0) {
+      return InvalidArgumentError("%s: %d: want 0 (no tower) or more", where.c_str(),
+                                  config.vision.num_hidden_layers);
+    }
+    if (!config.vision.has_tower()) {
+      config.vision = VisionConfig{};
+      if (!where.empty()) where_by_field.emplace("vision_config.num_hidden_layers", where);
+      return OkStatus();
+    }
+    if (where.empty() && field.required) {
+      return InvalidArgumentError("%s: vision_config.%.*s: missing (needed with a vision tower)",
+                                  nested.empty() ? all.ref_file.c_str() : "config.json",
+                                  static_cast<int>(field.name.size()), field.name.data());
+    }
+    if (!where.empty()) where_by_field.emplace("vision_config." + std::string(field.name), where);
+  }
+  for (const Found& cap : FindAll(nested, {"max_wh_ratio"})) {
+    return InvalidArgumentError("%s: %s: an aspect cap is not supported (want null)",
+                                cap.where.c_str(), Dump(*cap.value).c_str());
+  }
+  for (const Found& cap : FindAll(flat, {"vision_max_wh_ratio"})) {
+    return InvalidArgumentError("%s: %s: an aspect cap is not supported (want null)",
+                                cap.where.c_str(), Dump(*cap.value).c_str());
+  }
+  return OkStatus();
+}
+
+// The fields of VisionFields() into `out` under their vision_config (or flat) names.
+void WriteVisionFields(const VisionConfig& vision, bool flat, OrderedJson& out) {
+  VisionConfig copy = vision;
+  for (const VisionFieldSpec& field : VisionFields()) {
+    const std::string key(flat ? field.flat : field.name);
+    std::visit([&](auto* value) { out[key] = *value; }, field.ref(copy));
+  }
+}
+
 // ParseModelConfig over either file or both (at least one is given; null: the file is absent).
 Result<ModelConfig> ParseConfigFiles(const Json* config_json, const Json* inference_json,
                                      std::string_view inference_name) {
@@ -797,6 +905,7 @@ Result<ModelConfig> ParseConfigFiles(const Json* config_json, const Json* infere
   DSV41_RETURN_IF_ERROR(CheckLayerCounts(config, where_by_field));
   DSV41_RETURN_IF_ERROR(ReadCompressRatiosField(all.sources, config, where_by_field));
   DSV41_RETURN_IF_ERROR(ReadQuantization(all, config, where_by_field));
+  DSV41_RETURN_IF_ERROR(ReadVisionConfig(all, config, where_by_field));
   ApplyDerivedDefaults(config, where_by_field);
   DSV41_RETURN_IF_ERROR(CheckConfigRules(config, where_by_field, all.primary()));
   WarnAboutConfig(config);
@@ -957,6 +1066,13 @@ OrderedJson ConfigToHfJson(const ModelConfig& c) {
     top["quantization_config"] = std::move(quant);
   }
   top["text_config"] = std::move(text);
+  if (c.vision.has_tower()) {
+    OrderedJson vision;
+    vision["model_type"] = "deepseek_v41_vision";
+    WriteVisionFields(c.vision, /*flat=*/false, vision);
+    vision["max_wh_ratio"] = nullptr;
+    top["vision_config"] = std::move(vision);
+  }
   return top;
 }
 
@@ -1020,6 +1136,10 @@ OrderedJson ConfigToInferenceJson(const ModelConfig& c) {
   if (c.image_token_id >= 0) j["image_token_id"] = c.image_token_id;
   j["engram_n_heads"] = c.engram_n_heads;
   j["engram_head_dim"] = c.engram_head_dim;
+  if (c.vision.has_tower()) {
+    WriteVisionFields(c.vision, /*flat=*/true, j);
+    j["vision_max_wh_ratio"] = nullptr;
+  }
   // Fields the reference file does not carry, written only when the defaults would not give them
   // back.
   if (!c.norm_topk_prob) j["norm_topk_prob"] = false;
@@ -1103,6 +1223,18 @@ ModelConfig ReleasedConfig() {
   c.image_token_id = 129264;
   c.quantization = Fp8Quantization("fp4");
   return c;
+}
+
+VisionConfig ReleasedVisionConfig() {
+  return VisionConfig{.num_hidden_layers = 32,
+                      .hidden_size = 1024,
+                      .num_attention_heads = 16,
+                      .intermediate_size = 2816,
+                      .patch_size = 14,
+                      .rope_theta = 10000.0,
+                      .downsample_ratio = 3,
+                      .max_image_tokens = 1024,
+                      .min_pixels = 295936};
 }
 
 }  // namespace dsv41

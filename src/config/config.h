@@ -8,6 +8,7 @@
 
 #include "base/json.h"
 #include "base/status.h"
+#include "vision/image_plan.h"
 
 namespace dsv41 {
 
@@ -35,6 +36,33 @@ struct QuantizationConfig {
 };
 
 enum class ScoringFunc { kSqrtSoftplus, kSoftmax, kSigmoid };
+
+// The vision tower (vision.md §1): config.json's `vision_config`, or the flat `vision_*` names of
+// inference/config.json. num_hidden_layers 0 (or absent) means no tower, and the other fields
+// are then neither read nor written; otherwise every field but rope_theta is required.
+struct VisionConfig {
+  int32_t num_hidden_layers = 0;  // ViT blocks
+  int32_t hidden_size = 0;        // tower width D
+  int32_t num_attention_heads = 0;
+  int32_t intermediate_size = 0;  // SwiGLU hidden width I
+  int32_t patch_size = 0;         // p
+  double rope_theta = 10000.0;    // 2-D RoPE base
+  int32_t downsample_ratio = 0;   // r: r × r patches become one token
+  int32_t max_image_tokens = 0;   // M: bound on a span's length, delimiters included
+  int64_t min_pixels = 0;         // smaller images are planned larger
+
+  bool operator==(const VisionConfig&) const = default;
+
+  bool has_tower() const { return num_hidden_layers > 0; }
+  int32_t head_dim() const { return hidden_size / num_attention_heads; }
+  int32_t patch_values() const { return 3 * patch_size * patch_size; }  // 3p²
+  ImagePlanParams plan_params() const {
+    return ImagePlanParams{.patch_size = patch_size,
+                           .downsample_ratio = downsample_ratio,
+                           .max_image_tokens = max_image_tokens,
+                           .min_pixels = min_pixels};
+  }
+};
 
 // The text model's configuration, with HF names (model.md §1.2). Every size in the engine comes
 // from here; nothing is hard-coded to the released values.
@@ -109,6 +137,7 @@ struct ModelConfig {
   int32_t image_token_id = -1;  // top-level `image_token_id`; < 0: absent
 
   QuantizationConfig quantization;
+  VisionConfig vision;
 
   bool operator==(const ModelConfig&) const = default;
 
@@ -153,7 +182,8 @@ Result<ModelConfig> LoadModelConfig(const std::string& dir);
 Status ValidateConfig(const ModelConfig& config);
 
 // Writes the config as a composite HF config.json (top level + text_config +
-// quantization_config when quantized; no vision_config), and as the flat inference/config.json,
+// quantization_config when quantized; vision_config with a tower), and as the flat
+// inference/config.json,
 // with the field order of the release. compress_ratios are written with the DSpark stages' zeros
 // (n + num_nextn_predict_layers entries). ParseModelConfig of either output gives `config` back
 // (the inference form carries HF-only fields such as norm_topk_prob only when they differ from
@@ -161,7 +191,9 @@ Status ValidateConfig(const ModelConfig& config);
 OrderedJson ConfigToHfJson(const ModelConfig& config);
 OrderedJson ConfigToInferenceJson(const ModelConfig& config);
 
-// The released DeepSeek-V4.1-Flash configuration (model.md §1.2).
+// The released DeepSeek-V4.1-Flash configuration (model.md §1.2), without its vision tower.
 ModelConfig ReleasedConfig();
+// The released vision_config (vision.md §1): 32 layers, width 1024.
+VisionConfig ReleasedVisionConfig();
 
 }  // namespace dsv41

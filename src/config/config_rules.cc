@@ -299,13 +299,44 @@ std::optional<ConfigIssue> CheckQuantization(const ModelConfig& c) {
   return std::nullopt;
 }
 
+// vision.md §1: a tower's sizes, in ranges that keep every plan and buffer size in 64 bits.
+std::optional<ConfigIssue> CheckVision(const ModelConfig& c) {
+  const VisionConfig& v = c.vision;
+  if (!v.has_tower()) return std::nullopt;
+  DSV41_RULE(v.num_hidden_layers <= 4096, "vision_config.num_hidden_layers", "%d; want <= 4096",
+             v.num_hidden_layers);
+  DSV41_RULE(v.hidden_size >= 1 && v.hidden_size <= 65536, "vision_config.hidden_size",
+             "%d; want 1 .. 65536", v.hidden_size);
+  DSV41_RULE(v.num_attention_heads >= 1 && v.hidden_size % v.num_attention_heads == 0 &&
+                 v.head_dim() % 4 == 0,
+             "vision_config.num_attention_heads",
+             "%d; want a divisor of hidden_size (%d) giving a head_dim that is a multiple of 4",
+             v.num_attention_heads, v.hidden_size);
+  DSV41_RULE(v.intermediate_size >= 1 && v.intermediate_size <= 1 << 20,
+             "vision_config.intermediate_size", "%d; want 1 .. 2^20", v.intermediate_size);
+  DSV41_RULE(v.patch_size >= 1 && v.patch_size <= 1024, "vision_config.patch_size",
+             "%d; want 1 .. 1024", v.patch_size);
+  DSV41_RULE(v.downsample_ratio >= 1 && v.downsample_ratio <= 64, "vision_config.downsample_ratio",
+             "%d; want 1 .. 64", v.downsample_ratio);
+  DSV41_RULE(v.max_image_tokens >= 4 && v.max_image_tokens <= 1 << 20,
+             "vision_config.max_image_tokens", "%d; want 4 .. 2^20", v.max_image_tokens);
+  DSV41_RULE(v.min_pixels >= 0 && v.min_pixels <= int64_t{1} << 40, "vision_config.min_pixels",
+             "%lld; want 0 .. 2^40", static_cast<long long>(v.min_pixels));
+  DSV41_RULE(v.rope_theta > 0 && v.rope_theta < 1e300, "vision_config.rope_theta", "%g; want > 0",
+             v.rope_theta);
+  DSV41_RULE(c.image_token_id >= 0 && c.image_token_id < c.vocab_size, "image_token_id",
+             "%d; a vision tower needs an image token id in [0, %d)", c.image_token_id,
+             c.vocab_size);
+  return std::nullopt;
+}
+
 #undef DSV41_RULE
 
 }  // namespace
 
 std::optional<ConfigIssue> FindConfigIssue(const ModelConfig& config) {
-  for (auto check :
-       {CheckSizes, CheckStructure, CheckShapes, CheckEngram, CheckDspark, CheckQuantization}) {
+  for (auto check : {CheckSizes, CheckStructure, CheckShapes, CheckEngram, CheckDspark,
+                     CheckQuantization, CheckVision}) {
     if (std::optional<ConfigIssue> issue = check(config)) return issue;
   }
   return std::nullopt;

@@ -603,7 +603,8 @@ const RuleCase kRuleCases[] = {
      "quantization_config.expert_dtype: \"fp6\""},
     {"WeightBlockZero", [](ModelConfig& c) { c.quantization.weight_block_rows = 0; },
      "quantization_config.weight_block_size: [0, 32]"},
-    {"WeightBlockOfV4", [](ModelConfig& c) {
+    {"WeightBlockOfV4",
+     [](ModelConfig& c) {
        c.quantization.weight_block_rows = 128;
        c.quantization.weight_block_cols = 128;
      },
@@ -646,6 +647,88 @@ TEST(ConfigTest, ConfigWithoutEngramOrDsparkIsValid) {
   config.num_nextn_predict_layers = 0;
   config.dspark_block_size = 0;
   EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config).ToString();
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+const std::string kVisionCheckpoint =
+    std::string(DSV41_SHARED_DIR) + "/goldens/vision/checkpoints/tiny-v/";
+
+// goldens/vision/README.md's tiny-v vision_config, from either file and from both.
+TEST(VisionConfigTest, TinyVLoadsFromEitherFileAlike) {
+  const VisionConfig want = {.num_hidden_layers = 2,
+                             .hidden_size = 64,
+                             .num_attention_heads = 4,
+                             .intermediate_size = 96,
+                             .patch_size = 14,
+                             .rope_theta = 10000.0,
+                             .downsample_ratio = 3,
+                             .max_image_tokens = 120,
+                             .min_pixels = 40000};
+  const Json hf = ReadJson(kVisionCheckpoint + "config.json");
+  const Json ref = ReadJson(kVisionCheckpoint + "inference/config.json");
+  for (const Result<ModelConfig>& config :
+       {ParseModelConfig(hf), ParseInferenceConfig(ref), ParseModelConfig(hf, ref)}) {
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    EXPECT_EQ(config->vision, want);
+    EXPECT_EQ(config->vision.head_dim(), 16);
+    EXPECT_EQ(config->vision.patch_values(), 588);
+  }
+}
+
+// The model goldens carry a vision_config with num_hidden_layers 0: no tower, nothing read.
+TEST(VisionConfigTest, ZeroLayersMeansNoTower) {
+  Result<ModelConfig> config = LoadModelConfig(kCheckpoints + "tiny-a");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_FALSE(config->vision.has_tower());
+  EXPECT_EQ(config->vision, VisionConfig{});
+}
+
+TEST(VisionConfigTest, WrittenConfigsReadBackWithTheTower) {
+  Result<ModelConfig> config = ParseModelConfig(ReadJson(kVisionCheckpoint + "config.json"));
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  config->vision.rope_theta = 20000.0;
+  const Json hf = Json::parse(ConfigToHfJson(*config).dump());
+  const Json ref = Json::parse(ConfigToInferenceJson(*config).dump());
+  for (const Result<ModelConfig>& back : {ParseModelConfig(hf), ParseInferenceConfig(ref)}) {
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->vision, config->vision);
+  }
+}
+
+TEST(VisionConfigTest, BadVisionConfigsAreRefusedNamingTheField) {
+  const Json good = ReadJson(kVisionCheckpoint + "config.json");
+  const auto error_with = [&](const std::function<void(Json&)>& edit) {
+    Json hf = good;
+    edit(hf);
+    return ParseError(hf);
+  };
+  EXPECT_THAT(error_with([](Json& j) { j["vision_config"]["max_wh_ratio"] = 2.0; }),
+              HasSubstr("vision_config.max_wh_ratio: 2.0: an aspect cap is not supported"));
+  EXPECT_THAT(error_with([](Json& j) { j["vision_config"].erase("patch_size"); }),
+              HasSubstr("vision_config.patch_size: missing"));
+  EXPECT_THAT(error_with([](Json& j) { j["vision_config"]["num_attention_heads"] = 3; }),
+              HasSubstr("vision_config.num_attention_heads"));
+  EXPECT_THAT(error_with([](Json& j) { j["vision_config"]["num_attention_heads"] = 32; }),
+              HasSubstr("multiple of 4"));  // head_dim 2
+  EXPECT_EQ(error_with([](Json& j) { j["vision_config"]["num_attention_heads"] = 16; }), "");
+  EXPECT_THAT(error_with([](Json& j) { j["vision_config"]["downsample_ratio"] = 0; }),
+              HasSubstr("vision_config.downsample_ratio: 0; want 1 .. 64"));
+  EXPECT_THAT(error_with([](Json& j) { j["vision_config"]["num_hidden_layers"] = -1; }),
+              HasSubstr("want 0 (no tower) or more"));
+  EXPECT_THAT(error_with([](Json& j) { j["vision_config"] = 5; }),
+              HasSubstr("vision_config: want an object"));
+  EXPECT_THAT(error_with([](Json& j) { j.erase("image_token_id"); }), HasSubstr("image_token_id"));
+  const Json ref = ReadJson(kVisionCheckpoint + "inference/config.json");
+  Json other = ref;
+  other["vision_dim"] = 32;
+  Result<ModelConfig> config = ParseModelConfig(good, other);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("disagrees"));
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "vision/image_decode.h"
 
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cstring>
 #include <string>
@@ -154,61 +153,22 @@ ImageDecodeOptions Limit(int64_t max_pixels) {
   return options;
 }
 
-// A PNG with a header of the given size, a stub of image data and an IEND, its CRCs right: the
-// size is read, the pixels never.
-std::vector<uint8_t> PngHeaderOnly(uint32_t width, uint32_t height) {
-  std::vector<uint8_t> out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  const auto chunk = [&](const char* type, const std::vector<uint8_t>& data) {
-    for (int i = 3; i >= 0; --i) out.push_back(static_cast<uint8_t>(data.size() >> (8 * i)));
-    std::vector<uint8_t> body(type, type + 4);
-    body.insert(body.end(), data.begin(), data.end());
-    out.insert(out.end(), body.begin(), body.end());
-    const uLong crc = crc32(0, body.data(), static_cast<uInt>(body.size()));
-    for (int i = 3; i >= 0; --i) out.push_back(static_cast<uint8_t>(crc >> (8 * i)));
-  };
-  std::vector<uint8_t> ihdr;
-  for (uint32_t v : {width, height}) {
-    for (int i = 3; i >= 0; --i) ihdr.push_back(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});
-  chunk("IHDR", ihdr);
-  chunk("IDAT", {0x78, 0x9c, 0x03, 0x00});
-  chunk("IEND", {});
-  return out;
-}
-
 // STYLE.md §11: handcrafted bad inputs, each refused with the reason.
 TEST(ImageDecodeTest, BadImagesAreRefusedWithTheReason) {
-  PngSpec png = MakePngSpec(40, 30, 2);
-  const std::vector<uint8_t> pattern = TestPattern(40, 30, 3, 5);
-  png.samples.assign(pattern.begin(), pattern.end());
-  const std::vector<uint8_t> good_png = EncodePng(png);
-  const std::vector<uint8_t> good_jpeg =
-      EncodeJpeg(MakeJpegSpec(40, 30, JpegColor::kYCbCr, TestPattern(40, 30, 3, 6)));
+  for (const BadImageCase& bad : BadImageCases()) {
+    SCOPED_TRACE(bad.name);
+    ExpectRefused(bad.bytes, bad.reason);
+  }
+  const std::vector<uint8_t> good_png = SmallPng(40, 30);
+  const std::vector<uint8_t> good_jpeg = SmallJpeg(40, 30);
   ASSERT_TRUE(DecodeImage(good_png, {}).ok());
   ASSERT_TRUE(DecodeImage(good_jpeg, {}).ok());
-
-  ExpectRefused(std::vector<uint8_t>(good_png.begin(), good_png.begin() + good_png.size() / 2),
-                "PNG: truncated");
-  ExpectRefused(std::vector<uint8_t>(good_jpeg.begin(), good_jpeg.begin() + good_jpeg.size() / 2),
-                "JPEG: truncated");
   ExpectRefused(std::vector<uint8_t>(good_png.begin(), good_png.begin() + 20), "PNG");
   ExpectRefused({}, "empty image data");
-  std::vector<uint8_t> wrong_magic = good_png;
-  wrong_magic[1] = 'X';
-  ExpectRefused(wrong_magic, "not a PNG or JPEG");
-  ExpectRefused({'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0}, "GIF images are not supported");
-  ExpectRefused(PngHeaderOnly(0, 0), "PNG");
-  ExpectRefused(PngHeaderOnly(0, 10), "PNG");
-  ExpectRefused(PngHeaderOnly(100000, 100000), "over the limit of 67108864");
+  ExpectRefused(PngWithHeaderOnly(0, 10), "PNG");
+  ExpectRefused(PngWithHeaderOnly(100000, 100000), "over the limit of 67108864");
   ExpectRefused(good_png, "40 x 30 = 1200 pixels, over the limit of 1000", Limit(1000));
   ExpectRefused(good_jpeg, "JPEG: 40 x 30 = 1200 pixels, over the limit", Limit(1199));
-
-  PngSpec deep = MakePngSpec(3, 2, 2, 16);
-  deep.samples.assign(18, 40000);
-  ExpectRefused(EncodePng(deep), "PNG: 16-bit samples are not supported");
-  const JpegSpec cmyk = MakeJpegSpec(8, 8, JpegColor::kCmyk, TestPattern(8, 8, 4, 7));
-  ExpectRefused(EncodeJpeg(cmyk), "JPEG: CMYK color space is not supported");
 }
 
 // Flipped bytes anywhere in a PNG or a JPEG give an image or an error, never a crash (the fuzz

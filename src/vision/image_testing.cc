@@ -1,6 +1,7 @@
 #include "vision/image_testing.h"
 
 #include <png.h>
+#include <zlib.h>
 
 #include <cstdio>
 // jpeglib.h needs FILE and size_t declared first.
@@ -151,6 +152,61 @@ std::vector<uint8_t> EncodeJpeg(const JpegSpec& spec) {
   std::vector<uint8_t> out(buffer, buffer + size);
   std::free(buffer);
   return out;
+}
+
+std::vector<uint8_t> PngWithHeaderOnly(uint32_t width, uint32_t height) {
+  std::vector<uint8_t> out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  const auto chunk = [&](const char* type, const std::vector<uint8_t>& data) {
+    for (int i = 3; i >= 0; --i) out.push_back(static_cast<uint8_t>(data.size() >> (8 * i)));
+    std::vector<uint8_t> body(type, type + 4);
+    body.insert(body.end(), data.begin(), data.end());
+    out.insert(out.end(), body.begin(), body.end());
+    const uLong crc = crc32(0, body.data(), static_cast<uInt>(body.size()));
+    for (int i = 3; i >= 0; --i) out.push_back(static_cast<uint8_t>(crc >> (8 * i)));
+  };
+  std::vector<uint8_t> ihdr;
+  for (uint32_t v : {width, height}) {
+    for (int i = 3; i >= 0; --i) ihdr.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});  // 8-bit RGB
+  chunk("IHDR", ihdr);
+  chunk("IDAT", {0x78, 0x9c, 0x03, 0x00});
+  chunk("IEND", {});
+  return out;
+}
+
+std::vector<uint8_t> SmallPng(int32_t width, int32_t height) {
+  PngSpec spec = MakePngSpec(width, height, 2);
+  const std::vector<uint8_t> pattern = TestPattern(width, height, 3, 5);
+  spec.samples.assign(pattern.begin(), pattern.end());
+  return EncodePng(spec);
+}
+
+std::vector<uint8_t> SmallJpeg(int32_t width, int32_t height) {
+  return EncodeJpeg(
+      MakeJpegSpec(width, height, JpegColor::kYCbCr, TestPattern(width, height, 3, 6)));
+}
+
+std::vector<BadImageCase> BadImageCases() {
+  const std::vector<uint8_t> png = SmallPng(40, 30);
+  const std::vector<uint8_t> jpeg = SmallJpeg(40, 30);
+  std::vector<uint8_t> wrong_magic = png;
+  wrong_magic[1] = 'X';
+  PngSpec deep = MakePngSpec(3, 2, 2, 16);
+  deep.samples.assign(18, 40000);
+  return {
+      {"truncated_png", std::vector<uint8_t>(png.begin(), png.begin() + png.size() / 2),
+       "PNG: truncated data"},
+      {"truncated_jpeg", std::vector<uint8_t>(jpeg.begin(), jpeg.begin() + jpeg.size() / 2),
+       "JPEG: truncated data"},
+      {"wrong_magic", wrong_magic, "not a PNG or JPEG image"},
+      {"zero_size", PngWithHeaderOnly(0, 0), "Image width is zero in IHDR"},
+      {"huge_size", PngWithHeaderOnly(100000, 100000), "pixels, over the limit of"},
+      {"cmyk_jpeg", EncodeJpeg(MakeJpegSpec(8, 8, JpegColor::kCmyk, TestPattern(8, 8, 4, 7))),
+       "JPEG: CMYK color space is not supported"},
+      {"png_16_bit", EncodePng(deep), "PNG: 16-bit samples are not supported"},
+      {"gif", {'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0}, "GIF images are not supported"},
+  };
 }
 
 std::vector<uint8_t> TestPattern(int32_t width, int32_t height, int channels, uint32_t seed) {

@@ -5,6 +5,7 @@
 // color space, baseline or progressive. They abort on a libpng / libjpeg error (a test bug).
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace dsv41 {
@@ -36,6 +37,23 @@ struct JpegSpec {
 std::vector<uint8_t> EncodeJpeg(const JpegSpec& spec);
 // A spec holding `samples`.
 JpegSpec MakeJpegSpec(int32_t width, int32_t height, JpegColor color, std::vector<uint8_t> samples);
+
+// A PNG whose header declares width × height (any values, CRCs right), with a stub of image data
+// and an IEND: the size is read, the pixels never.
+std::vector<uint8_t> PngWithHeaderOnly(uint32_t width, uint32_t height);
+
+// One of the bad images every image entry point must refuse (issue 21's list): its bytes and a
+// part of the error message that names the reason.
+struct BadImageCase {
+  std::string name;
+  std::vector<uint8_t> bytes;
+  std::string reason;
+};
+// Truncated PNG and JPEG, wrong magic, 0 × 0, huge dimensions, CMYK JPEG, 16-bit PNG, GIF.
+std::vector<BadImageCase> BadImageCases();
+// A small valid PNG (RGB) and JPEG (4:2:0) of the test pattern.
+std::vector<uint8_t> SmallPng(int32_t width, int32_t height);
+std::vector<uint8_t> SmallJpeg(int32_t width, int32_t height);
 
 // A deterministic test pattern: [height, width, channels] bytes varying in both directions.
 std::vector<uint8_t> TestPattern(int32_t width, int32_t height, int channels, uint32_t seed);

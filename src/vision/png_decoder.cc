@@ -20,7 +20,8 @@ struct PngSession {
   const uint8_t* data = nullptr;
   size_t size = 0;
   size_t offset = 0;
-  char error[256] = {};
+  char error[512] = {};
+  char warning[200] = {};  // the first warning: libpng explains some errors only there
   // From the header, after the transformations: 1 (gray or palette index) or 3 (RGB) bytes.
   png_uint_32 width = 0;
   png_uint_32 height = 0;
@@ -34,11 +35,20 @@ struct PngSession {
 
 [[noreturn]] void OnPngError(png_structp png, png_const_charp message) {
   auto* session = static_cast<PngSession*>(png_get_error_ptr(png));
-  std::snprintf(session->error, sizeof(session->error), "%s", message);
+  if (session->warning[0] != '\0') {
+    std::snprintf(session->error, sizeof(session->error), "%.300s (%s)", message, session->warning);
+  } else {
+    std::snprintf(session->error, sizeof(session->error), "%s", message);
+  }
   png_longjmp(png, 1);
 }
 
-void OnPngWarning(png_structp, png_const_charp) {}
+void OnPngWarning(png_structp png, png_const_charp message) {
+  auto* session = static_cast<PngSession*>(png_get_error_ptr(png));
+  if (session->warning[0] == '\0') {
+    std::snprintf(session->warning, sizeof(session->warning), "%s", message);
+  }
+}
 
 void ReadPngBytes(png_structp png, png_bytep out, size_t count) {
   auto* session = static_cast<PngSession*>(png_get_io_ptr(png));

@@ -1,0 +1,88 @@
+// `dsv41 vision` end to end on the vision goldens (goldens/vision/README.md rule 1: plan,
+// letterboxed and patches identical), and bad images refused naming the image and the reason.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+#include "vision/image_testing.h"
+#include "vision/vision_goldens_testing.h"
+
+namespace dsv41 {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("dsv41_vision_cli_" + name)).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+RunResult RunVision(const std::string& image, const std::string& out_dir,
+                    const std::string& extra = "") {
+  return RunCommand(kDsv41Binary + " vision --model " + kVisionCheckpoint + " --image '" + image +
+                    "' --out-dir " + out_dir + " " + extra + " 2>&1");
+}
+
+bool SameBytes(const NpyArray& a, const NpyArray& b) {
+  return a.descr == b.descr && a.shape == b.shape && a.data == b.data;
+}
+
+// Every golden case: plan.json carries the plan json's fields with their values, the arrays are
+// identical (the patches compared as the float32 values the golden stores).
+TEST(VisionCliTest, WritesTheGoldenPlanLetterboxAndPatches) {
+  for (const std::string& name : VisionGoldenCases()) {
+    SCOPED_TRACE(name);
+    const std::string case_dir = VisionCaseDir(name);
+    const Json want = ReadGoldenJson(case_dir + "/image0_plan.json");
+    const std::string out = TempDir(name);
+    const RunResult run =
+        RunVision(kVisionGoldens + "/images/" + want["file"].get<std::string>(), out);
+    ASSERT_EQ(run.exit_code, 0) << run.out;
+    const Json plan = ReadGoldenJson(out + "/plan.json");
+    for (auto it = plan.begin(); it != plan.end(); ++it) {
+      EXPECT_EQ(*it, want[it.key()]) << it.key();
+    }
+    for (const char* key : {"bw", "bh", "Hv", "Wv", "H", "W", "L", "resized_w", "resized_h",
+                            "paste_x", "paste_y", "sha256", "upscaled", "solver"}) {
+      EXPECT_TRUE(plan.contains(key)) << key;
+    }
+    const NpyArray letterboxed = ReadVisionArray(out + "/letterboxed.npy");
+    EXPECT_TRUE(SameBytes(letterboxed, ReadVisionArray(case_dir + "/image0_letterboxed.npy")));
+    const NpyArray patches = ReadVisionArray(out + "/patches.npy");
+    EXPECT_TRUE(SameBytes(patches, ReadVisionArray(case_dir + "/image0_patches.npy")));
+  }
+}
+
+// Issue 21's bad images: exit 1, the message names the image file and the reason.
+TEST(VisionCliTest, BadImagesAreRefusedNamingTheImage) {
+  const std::string dir = TempDir("bad");
+  for (const BadImageCase& bad : BadImageCases()) {
+    SCOPED_TRACE(bad.name);
+    const std::string path = dir + "/" + bad.name + ".img";
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bad.bytes.data()),
+               static_cast<std::streamsize>(bad.bytes.size()));
+    const RunResult run = RunVision(path, dir + "/out");
+    EXPECT_EQ(run.exit_code, 1) << run.out;
+    EXPECT_NE(run.out.find("image '" + path + "'"), std::string::npos) << run.out;
+    EXPECT_NE(run.out.find(bad.reason), std::string::npos) << run.out;
+  }
+  const RunResult missing = RunVision(dir + "/no_such.png", dir + "/out");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("no_such.png"), std::string::npos) << missing.out;
+  // --max-image-pixels: the golden 100 x 60 image is refused under a limit of 5999.
+  const RunResult limited = RunVision(kVisionGoldens + "/images/grad_100x60.png", dir + "/out",
+                                      "--max-image-pixels 5999");
+  EXPECT_EQ(limited.exit_code, 1);
+  EXPECT_NE(limited.out.find("100 x 60 = 6000 pixels, over the limit of 5999"), std::string::npos)
+      << limited.out;
+}
+
+}  // namespace
+}  // namespace dsv41
