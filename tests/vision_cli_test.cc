@@ -86,3 +86,38 @@ TEST(VisionCliTest, BadImagesAreRefusedNamingTheImage) {
 
 }  // namespace
 }  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// The whole path from the image file: vit_out and aligner_out within vision.md §13.3 of the
+// goldens (the fp32 tower's rows by cosine).
+TEST(VisionCliTest, WritesTowerOutputsWithinTheTowerTolerance) {
+  for (const std::string& name : VisionGoldenCases()) {
+    SCOPED_TRACE(name);
+    const std::string case_dir = VisionCaseDir(name);
+    const Json plan = ReadGoldenJson(case_dir + "/image0_plan.json");
+    const std::string out = TempDir(name + "_tower");
+    const RunResult run =
+        RunVision(kVisionGoldens + "/images/" + plan["file"].get<std::string>(), out, "-t 2");
+    ASSERT_EQ(run.exit_code, 0) << run.out;
+    const NpyArray vit = ReadVisionArray(out + "/vit_out.npy");
+    const NpyArray rows = ReadVisionArray(out + "/aligner_out.npy");
+    ASSERT_EQ(vit.shape.size(), 2u);
+    ASSERT_EQ(rows.shape.size(), 2u);
+    EXPECT_EQ(vit.shape[0], plan["n_patches"].get<int64_t>());
+    EXPECT_EQ(rows.shape[0], plan["H"].get<int64_t>() * plan["W"].get<int64_t>());
+    ExpectWithinTowerTolerance(vit.ToFloat(),
+                               ReadVisionArray(case_dir + "/image0_vit_out.npy").ToFloat(),
+                               vit.shape[1], 0.9995, true, name + " vit_out");
+    ExpectWithinTowerTolerance(rows.ToFloat(),
+                               ReadVisionArray(case_dir + "/image0_aligner_out.npy").ToFloat(),
+                               rows.shape[1], 0.9995, true, name + " aligner_out");
+    ExpectWithinTowerTolerance(rows.ToFloat(),
+                               ReadVisionArray(case_dir + "/image0_aligner_out_fp32.npy").ToFloat(),
+                               rows.shape[1], 0.999, false, name + " aligner_out vs fp32");
+  }
+}
+
+}  // namespace
+}  // namespace dsv41

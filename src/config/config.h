@@ -37,6 +37,9 @@ struct QuantizationConfig {
 
 enum class ScoringFunc { kSqrtSoftplus, kSoftmax, kSigmoid };
 
+// The widest head the vision tower takes (a RoPE row lives on the stack).
+inline constexpr int32_t kMaxVisionHeadDim = 1024;
+
 // The vision tower (vision.md §1): config.json's `vision_config`, or the flat `vision_*` names of
 // inference/config.json. num_hidden_layers 0 (or absent) means no tower, and the other fields
 // are then neither read nor written; otherwise every field but rope_theta is required.

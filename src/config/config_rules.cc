@@ -308,10 +308,11 @@ std::optional<ConfigIssue> CheckVision(const ModelConfig& c) {
   DSV41_RULE(v.hidden_size >= 1 && v.hidden_size <= 65536, "vision_config.hidden_size",
              "%d; want 1 .. 65536", v.hidden_size);
   DSV41_RULE(v.num_attention_heads >= 1 && v.hidden_size % v.num_attention_heads == 0 &&
-                 v.head_dim() % 4 == 0,
+                 v.head_dim() % 4 == 0 && v.head_dim() <= kMaxVisionHeadDim,
              "vision_config.num_attention_heads",
-             "%d; want a divisor of hidden_size (%d) giving a head_dim that is a multiple of 4",
-             v.num_attention_heads, v.hidden_size);
+             "%d; want a divisor of hidden_size (%d) giving a head_dim that is a multiple of 4, "
+             "at most %d",
+             v.num_attention_heads, v.hidden_size, kMaxVisionHeadDim);
   DSV41_RULE(v.intermediate_size >= 1 && v.intermediate_size <= 1 << 20,
              "vision_config.intermediate_size", "%d; want 1 .. 2^20", v.intermediate_size);
   DSV41_RULE(v.patch_size >= 1 && v.patch_size <= 1024, "vision_config.patch_size",

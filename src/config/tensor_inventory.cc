@@ -119,6 +119,34 @@ class InventoryBuilder {
     Bf16(p + ".engram.k_weight", {c_.hc_mult, c_.hidden_size});
   }
 
+  // vision.md §2: every tower tensor BF16; the aligner at the top level (not vision.aligner).
+  void Vision() {
+    const VisionConfig& v = c_.vision;
+    const int64_t d = v.hidden_size;
+    for (const char* name : {"image_start", "image_end", "image_newline"}) {
+      Bf16(name, {c_.hidden_size});
+    }
+    Bf16("vision.patch_embed.proj.weight", {d, v.patch_values()});
+    Bf16("vision.patch_embed.proj.bias", {d});
+    for (int32_t i = 0; i < v.num_hidden_layers; ++i) {
+      const std::string p = "vision.blocks." + std::to_string(i);
+      Bf16(p + ".norm1.weight", {d});
+      Bf16(p + ".attn.wqkv.weight", {3 * d, d});
+      Bf16(p + ".attn.wqkv.bias", {3 * d});
+      Bf16(p + ".attn.wo.weight", {d, d});
+      Bf16(p + ".attn.wo.bias", {d});
+      Bf16(p + ".norm2.weight", {d});
+      Bf16(p + ".mlp.w1.weight", {2 * int64_t{v.intermediate_size}, d});
+      Bf16(p + ".mlp.w2.weight", {d, v.intermediate_size});
+    }
+    Bf16("vision.norm.weight", {d});
+    const int64_t r = v.downsample_ratio;
+    Bf16("aligner.w1.weight", {c_.hidden_size, r * r * d});
+    Bf16("aligner.w1.bias", {c_.hidden_size});
+    Bf16("aligner.w2.weight", {c_.hidden_size, c_.hidden_size});
+    Bf16("aligner.w2.bias", {c_.hidden_size});
+  }
+
   // checkpoint.md §6.8: main_proj/main_norm on the first stage, the heads on the last.
   void DsparkStage(int32_t stage, int32_t num_stages) {
     const std::string p = "mtp." + std::to_string(stage);
@@ -142,8 +170,9 @@ class InventoryBuilder {
   std::vector<TensorSpec>* out_;
 };
 
+// Tower tensors when the config has no tower (or include_vision is off).
 bool IsIgnored(std::string_view name) {
-  return name.starts_with("vision.") || name.starts_with("image_");
+  return name.starts_with("vision.") || name.starts_with("aligner.") || name.starts_with("image_");
 }
 
 constexpr size_t kMaxListed = 20;
@@ -168,6 +197,7 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config, const LayerPl
   }
   b.Bf16("norm.weight", {config.hidden_size});
   b.Bf16("head.weight", {config.vocab_size, config.hidden_size});
+  if (options.include_vision && config.vision.has_tower()) b.Vision();
   return tensors;
 }
 

@@ -22,6 +22,7 @@ struct TensorSpec {
 
 struct InventoryOptions {
   bool include_dspark = true;  // false: no mtp.* tensors (`--dspark off`)
+  bool include_vision = true;  // false: no vision.*, aligner.* and image_* tensors
 };
 
 // Every tensor the text model needs (checkpoint.md §6), derived from the config's sizes and the
@@ -30,7 +31,9 @@ struct InventoryOptions {
 // Quantised checkpoints store FP8 weights with one F8_E8M0 scale per weight_block_size tile and,
 // with expert_dtype fp4, routed experts as MXFP4 (I8 [out, in/2] + scale [out, in/32]);
 // unquantised ones store BF16 weights without scales. Engram tables are always F8_E4M3 + F8_E8M0
-// [rows, head_dim/32]. vision.* and image_* are not listed (a text engine ignores them).
+// [rows, head_dim/32]. With a vision tower in the config (and include_vision), the tower's
+// BF16 tensors follow (vision.md §2: image_start/end/newline, vision.*, aligner.*); without one,
+// tensors of those names are ignored.
 std::vector<TensorSpec> ExpectedTensors(const ModelConfig& config, const LayerPlan& plan,
                                         const InventoryOptions& options = {});
 

@@ -249,7 +249,8 @@ TEST(TensorInventoryTest, CheckListsEveryProblemInOneError) {
   EXPECT_THAT(status.message(), HasSubstr("'layers.2.attn.indexer.wk.weight': missing"));
   EXPECT_THAT(status.message(),
               HasSubstr("'layers.7.attn.wkv.weight': shape [72, 256], want [64, 256]"));
-  EXPECT_THAT(status.message(), HasSubstr("'layers.4.engram.embed.scale': dtype F32, want F8_E8M0 (or U8)"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("'layers.4.engram.embed.scale': dtype F32, want F8_E8M0 (or U8)"));
   EXPECT_THAT(status.message(), testing::Not(HasSubstr("engram.wkv")));
   EXPECT_THAT(status.message(), testing::Not(HasSubstr("vision")));
   EXPECT_THAT(status.message(), testing::Not(HasSubstr("compressor")));
@@ -286,6 +287,74 @@ TEST(TensorInventoryTest, CheckReportsDuplicates) {
   present.push_back(expected.front());
   EXPECT_THAT(CheckTensors(expected, present).message(),
               HasSubstr("'embed.weight': present twice"));
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+InventoryOptions TextOnly() {
+  InventoryOptions options;
+  options.include_vision = false;
+  return options;
+}
+
+// The vision goldens' checkpoint: with its tower the inventory is every tensor of the file
+// (19 vision.*, 4 aligner.*, 3 image_*), and their bytes are the index's total.
+TEST(VisionInventoryTest, VisionGoldenCheckpointHoldsExactlyTheExpectedTensors) {
+  const std::string dir = std::string(DSV41_SHARED_DIR) + "/goldens/vision/checkpoints/tiny-v";
+  Result<ModelConfig> config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const std::vector<TensorSpec> expected = ExpectedTensors(*config, PlanLayers(*config));
+  Result<Checkpoint> checkpoint = Checkpoint::Open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  const std::vector<TensorSpec> present = ReadCheckpointTensors(*checkpoint);
+  EXPECT_TRUE(CheckTensors(expected, present).ok());
+  std::map<std::string, TensorSpec> want, have;
+  for (const TensorSpec& t : expected) want.emplace(t.name, t);
+  for (const TensorSpec& t : present) have.emplace(t.name, t);
+  EXPECT_EQ(want, have);
+  EXPECT_EQ(Sum(expected, [](const std::string& n) { return n.starts_with("vision."); }).count,
+            19u);
+  EXPECT_EQ(Sum(expected, [](const std::string& n) { return n.starts_with("aligner."); }).count,
+            4u);
+  uint64_t bytes = 0;
+  for (const TensorSpec& t : expected) bytes += TensorBytes(t);
+  EXPECT_EQ(std::optional<uint64_t>(bytes), checkpoint->index_total_size());
+  // Without the tower (include_vision off) the same file still checks: the tower is ignored.
+  EXPECT_TRUE(
+      CheckTensors(ExpectedTensors(*config, PlanLayers(*config), TextOnly()), present).ok());
+}
+
+// vision.md §2: the released tower is 266 tensors (263 without image_*) of 970,536,960 bytes
+// (970,506,240 without image_*, checkpoint.md §5).
+TEST(VisionInventoryTest, ReleasedTowerCountsAndBytes) {
+  ModelConfig config = ReleasedConfig();
+  config.vision = ReleasedVisionConfig();
+  const std::vector<TensorSpec> tensors = ExpectedTensors(config, PlanLayers(config));
+  const auto tower = [](const std::string& n) {
+    return n.starts_with("vision.") || n.starts_with("aligner.") || n.starts_with("image_");
+  };
+  const Totals all = Sum(tensors, tower);
+  EXPECT_EQ(all.count, 266u);
+  EXPECT_EQ(all.bytes, 970536960u);
+  const Totals no_image =
+      Sum(tensors, [&](const std::string& n) { return tower(n) && !n.starts_with("image_"); });
+  EXPECT_EQ(no_image.count, 263u);
+  EXPECT_EQ(no_image.bytes, 970506240u);
+  for (const TensorSpec& t : tensors) {
+    if (tower(t.name)) {
+      EXPECT_EQ(t.dtype, DType::kBF16) << t.name;
+    }
+  }
+  const TensorSpec* w1 = Find(tensors, "vision.blocks.31.mlp.w1.weight");
+  ASSERT_NE(w1, nullptr);
+  EXPECT_EQ(w1->shape, (Shape{5632, 1024}));
+  const TensorSpec* aligner = Find(tensors, "aligner.w1.weight");
+  ASSERT_NE(aligner, nullptr);
+  EXPECT_EQ(aligner->shape, (Shape{5120, 9216}));
 }
 
 }  // namespace

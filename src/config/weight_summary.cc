@@ -11,13 +11,17 @@ bool Has(std::string_view s, std::string_view part) {
 
 std::string_view WeightKindName(WeightKind kind) {
   static constexpr std::array<std::string_view, kNumWeightKinds> kNames = {
-      "embed+head",     "attention",      "compressor",    "indexer",     "norms+mhc", "router",
-      "routed experts", "shared experts", "engram tables", "engram proj", "dspark",    "other"};
+      "embed+head", "attention",      "compressor",     "indexer",       "norms+mhc",
+      "router",     "routed experts", "shared experts", "engram tables", "engram proj",
+      "dspark",     "vision",         "other"};
   return kNames[static_cast<size_t>(kind)];
 }
 
 WeightKind ClassifyTensor(std::string_view name) {
   if (name.rfind("mtp.", 0) == 0) return WeightKind::kDspark;
+  if (name.starts_with("vision.") || name.starts_with("aligner.") || name.starts_with("image_")) {
+    return WeightKind::kVision;
+  }
   if (name == "embed.weight" || name == "head.weight") return WeightKind::kEmbedHead;
   if (Has(name, ".engram.embed.")) return WeightKind::kEngramTables;
   if (Has(name, ".engram.")) return WeightKind::kEngramProjection;

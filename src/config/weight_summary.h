@@ -21,6 +21,7 @@ enum class WeightKind {
   kEngramTables,      // engram.embed.* (the ~190 GiB tables)
   kEngramProjection,  // engram.wkv, q_weight, k_weight
   kDspark,            // mtp.*
+  kVision,            // vision.*, aligner.*, image_start / image_end / image_newline
   kOther,
 };
 inline constexpr int kNumWeightKinds = static_cast<int>(WeightKind::kOther) + 1;

@@ -25,7 +25,9 @@ Result<ModelWeights> ModelWeights::Load(const std::string& dir, const LoadOption
   LayerPlan plan = PlanLayers(config);
   DSV41_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(dir, progress));
   std::vector<TensorSpec> expected =
-      ExpectedTensors(config, plan, InventoryOptions{.include_dspark = options.include_dspark});
+      ExpectedTensors(config, plan,
+                      InventoryOptions{.include_dspark = options.include_dspark,
+                                       .include_vision = options.include_vision});
   std::vector<TensorSpec> present = PresentTensors(checkpoint);
   if (!options.include_dspark) {
     std::erase_if(present, [](const TensorSpec& t) { return t.name.rfind("mtp.", 0) == 0; });

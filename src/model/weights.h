@@ -14,6 +14,7 @@ namespace dsv41 {
 
 struct LoadOptions {
   bool include_dspark = true;  // false: mtp.* tensors are neither required nor used
+  bool include_vision = true;  // false: the vision tower's tensors are neither required nor used
 };
 
 // A model directory opened for inference: config, layer plan and the memory-mapped checkpoint,

@@ -264,6 +264,12 @@ float CrSoftplus(float z) {
   return static_cast<float>(std::log1p(std::exp(static_cast<double>(z))));
 }
 
+float CrGelu(float x) {
+  // 1 + erf(t) = erfc(−t): the same function, without the cancellation of 1 + erf for x < 0.
+  const double v = static_cast<double>(x);
+  return static_cast<float>(0.5 * v * std::erfc(-v / std::sqrt(2.0)));
+}
+
 float Sigmoid(float t) {
   const float e = CrExp(-t);
   const float denominator = 1.0f + e;

@@ -105,6 +105,11 @@ float CrPow(float base, double exponent);
 // threshold). NaN -> NaN.
 float CrSoftplus(float z);
 
+// The exact-erf GELU 0.5 · x · (1 + erf(x / √2)) evaluated in double (as 0.5 · x · erfc(−x / √2),
+// accurate for negative x too), rounded once: the vision aligner's activation (vision.md §9,
+// §13.2: "fp32 of the exact formula"). NaN -> NaN.
+float CrGelu(float x);
+
 // Composite functions, evaluated as written with each fp32 step rounded (§12.8 item 4):
 // sigmoid(t) = 1 / (1 + CrExp(-t)) — three roundings (exp, add, divide).
 float Sigmoid(float t);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,35 @@ inline ImagePlanParams TinyVPlanParams() {
                          .downsample_ratio = vision["downsample_ratio"].get<int32_t>(),
                          .max_image_tokens = vision["max_image_tokens"].get<int32_t>(),
                          .min_pixels = vision["min_pixels"].get<int64_t>()};
+}
+
+// §13.3 for rows [n, width]: every element within 0.125 + 2^-6 |golden|, every row's cosine with
+// the golden row at least `min_cosine`. Returns the largest |d| (for the log).
+inline double ExpectWithinTowerTolerance(const std::vector<float>& got,
+                                         const std::vector<float>& want, int64_t width,
+                                         double min_cosine, bool check_elements,
+                                         const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  if (got.size() != want.size() || width == 0) return INFINITY;
+  double max_diff = 0;
+  int64_t bad_elements = 0, bad_rows = 0;
+  for (size_t row = 0; row * width < got.size(); ++row) {
+    double dot = 0, got2 = 0, want2 = 0;
+    for (int64_t c = 0; c < width; ++c) {
+      const double g = got[row * width + c], w = want[row * width + c];
+      const double diff = std::fabs(g - w);
+      max_diff = std::max(max_diff, diff);
+      if (check_elements && diff > 0.125 + std::ldexp(std::fabs(w), -6)) ++bad_elements;
+      dot += g * w;
+      got2 += g * g;
+      want2 += w * w;
+    }
+    const double cosine = got2 == 0 && want2 == 0 ? 1.0 : dot / std::sqrt(got2 * want2);
+    if (!(cosine >= min_cosine)) ++bad_rows;
+  }
+  EXPECT_EQ(bad_elements, 0) << what << ": elements beyond 0.125 + 2^-6 |golden|";
+  EXPECT_EQ(bad_rows, 0) << what << ": rows with cosine below " << min_cosine;
+  return max_diff;
 }
 
 }  // namespace dsv41
