@@ -2,6 +2,7 @@
 // letterboxed and patches identical), and bad images refused naming the image and the reason.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -117,6 +118,93 @@ TEST(VisionCliTest, WritesTowerOutputsWithinTheTowerTolerance) {
                                ReadVisionArray(case_dir + "/image0_aligner_out_fp32.npy").ToFloat(),
                                rows.shape[1], 0.999, false, name + " aligner_out vs fp32");
   }
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+std::string IdsOf(const Json& case_json) {
+  std::string ids;
+  for (const Json& id : case_json["prompt_ids_before_expansion"]) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(id.get<int32_t>());
+  }
+  return ids;
+}
+
+// A float32 .npy of `shape` holding `values`, as numpy writes it (format 1.0).
+void WriteFloatNpy(const std::string& path, const std::vector<float>& values,
+                   const std::vector<int64_t>& shape) {
+  ASSERT_TRUE(WriteNpyFloat32(path, values, shape).ok());
+}
+
+// `dsv41 logits` with images: --ids-out and --types-out are the goldens' input_ids and types;
+// with --image-embeddings of the golden aligner rows ([H, W, dim]) every position's logits are
+// within 1e-3 (README rule 3); with --image and --numerics reference the whole pipeline is too.
+TEST(VisionCliTest, LogitsWithImagesMatchTheGoldens) {
+  for (const std::string& name : VisionGoldenCases()) {
+    SCOPED_TRACE(name);
+    const std::string dir = VisionCaseDir(name);
+    const Json c = ReadGoldenJson(dir + "/case.json");
+    const Json& plan = c["images"][0]["plan"];
+    const std::string out = TempDir(name + "_logits");
+    const std::vector<float> want = ReadVisionArray(dir + "/logits.npy").ToFloat();
+    const std::string base =
+        kDsv41Binary + " logits --model " + kVisionCheckpoint + " --ids " + IdsOf(c) + " -t 2 ";
+    const RunResult expanded = RunCommand(
+        base + "--image " + kVisionGoldens + "/images/" +
+        c["images"][0]["file"].get<std::string>() + " --ids-out " + out + "/ids.npy --types-out " +
+        out + "/types.npy --out " + out + "/image.npy --numerics reference 2>&1");
+    ASSERT_EQ(expanded.exit_code, 0) << expanded.out;
+    EXPECT_EQ(ReadVisionArray(out + "/ids.npy").ToInt64(),
+              ReadVisionArray(dir + "/input_ids.npy").ToInt64());
+    EXPECT_EQ(ReadVisionArray(out + "/types.npy").ToInt64(),
+              ReadVisionArray(dir + "/types.npy").ToInt64());
+    const std::vector<float> whole = ReadVisionArray(out + "/image.npy").ToFloat();
+    ASSERT_EQ(whole.size(), want.size());
+    const std::string rows_path = out + "/rows.npy";
+    WriteFloatNpy(rows_path, ReadVisionArray(dir + "/image0_aligner_out.npy").ToFloat(),
+                  {plan["H"].get<int64_t>(), plan["W"].get<int64_t>(), 128});
+    const RunResult injected = RunCommand(base + "--image-embeddings " + rows_path + " --out " +
+                                          out + "/rows_logits.npy 2>&1");
+    ASSERT_EQ(injected.exit_code, 0) << injected.out;
+    const std::vector<float> got = ReadVisionArray(out + "/rows_logits.npy").ToFloat();
+    ASSERT_EQ(got.size(), want.size());
+    double whole_err = 0, injected_err = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      whole_err = std::max(whole_err, static_cast<double>(std::fabs(whole[i] - want[i])));
+      injected_err = std::max(injected_err, static_cast<double>(std::fabs(got[i] - want[i])));
+    }
+    EXPECT_LE(whole_err, 1e-3);
+    EXPECT_LE(injected_err, 1e-3);
+  }
+}
+
+// Placeholders and images must pair up; a bad image names the file; embeddings of the wrong
+// width are refused.
+TEST(VisionCliTest, LogitsRefusesMismatchedImages) {
+  const std::string out = TempDir("logits_bad");
+  const std::string base =
+      kDsv41Binary + " logits --model " + kVisionCheckpoint + " --out " + out + "/x.npy ";
+  const RunResult missing = RunCommand(base + "--ids 0,511,511,3 --image " + kVisionGoldens +
+                                       "/images/grad_100x60.png 2>&1");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.out.find("2 image placeholders (token 511) for 1 image"), std::string::npos)
+      << missing.out;
+  const std::string bad = out + "/bad.png";
+  std::ofstream(bad) << "not an image";
+  const RunResult refused = RunCommand(base + "--ids 0,511 --image " + bad + " 2>&1");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.out.find("image '" + bad + "': not a PNG or JPEG"), std::string::npos)
+      << refused.out;
+  WriteFloatNpy(out + "/narrow.npy", std::vector<float>(2 * 3 * 64, 0.5f), {2, 3, 64});
+  const RunResult narrow =
+      RunCommand(base + "--ids 0,511 --image-embeddings " + out + "/narrow.npy 2>&1");
+  EXPECT_EQ(narrow.exit_code, 1);
+  EXPECT_NE(narrow.out.find("want float32 [H, W, 128]"), std::string::npos) << narrow.out;
 }
 
 }  // namespace

@@ -12,11 +12,14 @@
 
 #include "base/json.h"
 #include "base/npy.h"
+#include "base/sha256.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/image_flags.h"
 #include "cli/int_list.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
+#include "vision/image_span.h"
 
 namespace dsv41 {
 namespace {
@@ -28,20 +31,28 @@ struct LogitsFlags {
   int32_t chunk = 0;
   std::string out;
   int32_t top_k = 0;
+  std::vector<std::string> images;
+  std::vector<std::string> image_embeddings;
+  std::string ids_out;
+  std::string types_out;
   EngineFlags engine;
+  ImageFlags image_flags;
 };
 
 // The logits of every position of `ids`, one request through the engine: its prefill runs in
 // chunks of --max-num-batched-tokens tokens.
 Result<std::vector<float>> PromptLogits(const LoadedTextModel& m, const EngineOptions& options,
-                                        ThreadPool& pool, std::vector<int32_t> ids) {
+                                        ThreadPool& pool, std::vector<int32_t> ids,
+                                        std::vector<RequestImage> images) {
   DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(m, options, pool));
   PrintEngineLayout(*engine, options);
   SamplingParams params;
   params.temperature = 0.0f;
   params.max_tokens = 1;
-  DSV41_ASSIGN_OR_RETURN(uint64_t id, engine->AddRequest(std::move(ids), params,
-                                                         AddRequestOptions{.prompt_logits = true}));
+  DSV41_ASSIGN_OR_RETURN(
+      uint64_t id,
+      engine->AddRequest(std::move(ids), params,
+                         AddRequestOptions{.prompt_logits = true, .images = std::move(images)}));
   std::vector<float> logits;
   while (engine->HasUnfinished()) {
     DSV41_ASSIGN_OR_RETURN(std::vector<RequestOutput> outputs, engine->Step());
@@ -52,6 +63,64 @@ Result<std::vector<float>> PromptLogits(const LoadedTextModel& m, const EngineOp
     }
   }
   return logits;
+}
+
+// --image-embeddings FILE.npy: float32 [H, W, hidden] aligner rows of one image.
+Result<RequestImage> ReadImageEmbeddings(const std::string& path, int32_t hidden_size) {
+  DSV41_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
+  if (array.descr != "<f4" || array.shape.size() != 3 || array.shape[0] < 1 || array.shape[1] < 1 ||
+      array.shape[2] != hidden_size || array.shape[0] > 1 << 16 || array.shape[1] > 1 << 16) {
+    return InvalidArgumentError("%s: want float32 [H, W, %d] image embeddings", path.c_str(),
+                                hidden_size);
+  }
+  RequestImage image;
+  image.plan.token_rows = static_cast<int32_t>(array.shape[0]);
+  image.plan.token_cols = static_cast<int32_t>(array.shape[1]);
+  image.plan.span_length = image.plan.token_rows * (image.plan.token_cols + 1) + 2;
+  image.embeddings = std::make_shared<const std::vector<float>>(array.ToFloat());
+  image.content_key =
+      ImageSpanKey(Sha256Of(std::span<const uint8_t>(
+                       reinterpret_cast<const uint8_t*>(array.data.data()), array.data.size())),
+                   image.plan);
+  return image;
+}
+
+// The images the flags give (files through the whole vision path, or aligner rows), their spans
+// placed in the expanded `ids` (written to --ids-out / --types-out when asked).
+Result<std::vector<RequestImage>> PrepareImages(const LogitsFlags& flags, const LoadedTextModel& m,
+                                                std::vector<int32_t>& ids) {
+  std::vector<RequestImage> images;
+  for (const std::string& path : flags.images) {
+    if (m.vision == nullptr) return InvalidArgumentError("--image: the model has no vision tower");
+    DSV41_ASSIGN_OR_RETURN(
+        PreparedImage prepared,
+        PrepareImageFile(path, m.vision->config().plan_params(), flags.image_flags));
+    RequestImage image;
+    image.plan = prepared.plan;
+    image.content_key = ImageSpanKey(prepared.content_sha256, prepared.plan);
+    image.canvas = std::make_shared<const std::vector<uint8_t>>(std::move(prepared.canvas));
+    images.push_back(std::move(image));
+  }
+  for (const std::string& path : flags.image_embeddings) {
+    DSV41_ASSIGN_OR_RETURN(RequestImage image, ReadImageEmbeddings(path, m.config().hidden_size));
+    images.push_back(std::move(image));
+  }
+  std::vector<ImagePlan> plans;
+  for (const RequestImage& image : images) plans.push_back(image.plan);
+  DSV41_ASSIGN_OR_RETURN(ExpandedPrompt expanded,
+                         ExpandImagePlaceholders(ids, m.config().image_token_id, plans));
+  for (size_t k = 0; k < images.size(); ++k) images[k].span_start = expanded.span_starts[k];
+  const int64_t shape[] = {static_cast<int64_t>(expanded.ids.size())};
+  if (!flags.ids_out.empty()) {
+    const std::vector<int64_t> values(expanded.ids.begin(), expanded.ids.end());
+    DSV41_RETURN_IF_ERROR(WriteNpyInt64(flags.ids_out, values, shape));
+  }
+  if (!flags.types_out.empty()) {
+    const std::vector<int64_t> values(expanded.roles.begin(), expanded.roles.end());
+    DSV41_RETURN_IF_ERROR(WriteNpyInt64(flags.types_out, values, shape));
+  }
+  ids = std::move(expanded.ids);
+  return images;
 }
 
 int RunLogits(const LogitsFlags& flags) {
@@ -68,8 +137,12 @@ int RunLogits(const LogitsFlags& flags) {
     }
     ids = std::move(parsed).value();
   }
-  if (flags.out.empty() && flags.top_k <= 0) {
+  if (flags.out.empty() && flags.top_k <= 0 && flags.ids_out.empty() && flags.types_out.empty()) {
     std::fprintf(stderr, "dsv41 logits: give --out FILE.npy and/or --top-k K\n");
+    return 2;
+  }
+  if (!flags.images.empty() && !flags.image_embeddings.empty()) {
+    std::fprintf(stderr, "dsv41 logits: give --image or --image-embeddings, not both\n");
     return 2;
   }
   LogitsFlags engine_flags = flags;
@@ -92,7 +165,13 @@ int RunLogits(const LogitsFlags& flags) {
     }
     ids = std::move(encoded).value();
   }
-  if (flags.chunk <= 0) {  // one chunk: the whole prompt in one step
+  Result<std::vector<RequestImage>> images = PrepareImages(flags, *m, ids);
+  if (!images.ok()) {
+    std::fprintf(stderr, "dsv41 logits: %s\n", images.status().ToString().c_str());
+    return 1;
+  }
+  if (flags.out.empty() && flags.top_k <= 0) return 0;  // only the expanded ids / roles
+  if (flags.chunk <= 0) {                               // one chunk: the whole prompt in one step
     options->max_num_batched_tokens = std::max<int32_t>(1, static_cast<int32_t>(ids.size()));
   }
   ThreadPool pool(ComputeThreads(flags.engine));
@@ -102,7 +181,7 @@ int RunLogits(const LogitsFlags& flags) {
     return 1;
   }
   const int64_t positions = static_cast<int64_t>(ids.size());
-  Result<std::vector<float>> logits = PromptLogits(*m, *options, pool, ids);
+  Result<std::vector<float>> logits = PromptLogits(*m, *options, pool, ids, std::move(*images));
   if (!logits.ok()) {
     std::fprintf(stderr, "dsv41 logits: %s\n", logits.status().ToString().c_str());
     return 1;
@@ -150,7 +229,16 @@ std::function<int()> SetupLogits(CLI::App& sub) {
   sub.add_option("--out", flags->out, "write the logits [positions, vocab] as float32 .npy");
   sub.add_option("--top-k", flags->top_k, "print the top K ids and values of each position")
       ->capture_default_str();
+  sub.add_option("--image", flags->images,
+                 "a PNG or JPEG for each image placeholder of the prompt, in order (repeatable)");
+  sub.add_option("--image-embeddings", flags->image_embeddings,
+                 "instead of --image: float32 [H, W, hidden] .npy aligner rows per placeholder");
+  sub.add_option("--ids-out", flags->ids_out, "write the expanded prompt ids as int64 .npy");
+  sub.add_option("--types-out", flags->types_out,
+                 "write each position's role as int64 .npy (-1 text, 0 start, 1 image, 2 newline, "
+                 "3 end)");
   AddEngineFlags(sub, flags->engine);
+  AddImageFlags(sub, flags->image_flags);
   return [flags] { return RunLogits(*flags); };
 }
 

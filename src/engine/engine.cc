@@ -142,6 +142,59 @@ Result<uint64_t> ClaimRequestId(uint64_t requested, bool requested_in_use, uint6
   return requested;
 }
 
+Status Engine::CheckRequestImages(std::span<const int32_t> prompt_ids,
+                                  std::span<const RequestImage> images) const {
+  if (images.empty()) return OkStatus();
+  const ModelConfig& config = model_.config();
+  int64_t next_free = 0;
+  for (size_t k = 0; k < images.size(); ++k) {
+    const RequestImage& image = images[k];
+    const ImagePlan& plan = image.plan;
+    const int64_t begin = image.span_start;
+    const int64_t end = begin + plan.span_length;
+    if (plan.span_length != plan.token_rows * (plan.token_cols + 1) + 2 || plan.token_rows < 1 ||
+        plan.token_cols < 1) {
+      return InvalidArgumentError("image %zu: a span of %d positions for %d x %d tokens", k,
+                                  plan.span_length, plan.token_cols, plan.token_rows);
+    }
+    if (begin < next_free || end > static_cast<int64_t>(prompt_ids.size())) {
+      return InvalidArgumentError(
+          "image %zu: span [%lld, %lld) overlaps the previous one or leaves the %zu-token prompt",
+          k, static_cast<long long>(begin), static_cast<long long>(end), prompt_ids.size());
+    }
+    for (int64_t p = begin; p < end; ++p) {
+      if (prompt_ids[static_cast<size_t>(p)] != config.image_token_id) {
+        return InvalidArgumentError(
+            "image %zu: prompt position %lld holds %d, not the image "
+            "token %d",
+            k, static_cast<long long>(p), prompt_ids[static_cast<size_t>(p)],
+            config.image_token_id);
+      }
+    }
+    next_free = end;
+    const size_t rows = static_cast<size_t>(plan.num_image_tokens());
+    if (image.embeddings != nullptr) {
+      if (image.embeddings->size() != rows * static_cast<size_t>(config.hidden_size)) {
+        return InvalidArgumentError("image %zu: %zu embedding values, want %zu x %d", k,
+                                    image.embeddings->size(), rows, config.hidden_size);
+      }
+      continue;
+    }
+    if (model_.vision == nullptr) {
+      return InvalidArgumentError("image input: the model has no vision tower");
+    }
+    const VisionConfig& v = model_.vision->config();
+    if (image.canvas == nullptr || plan.bw % v.patch_size != 0 || plan.bh % v.patch_size != 0 ||
+        plan.patch_cols * v.patch_size != plan.bw || plan.patch_rows * v.patch_size != plan.bh ||
+        plan.token_cols != (plan.patch_cols + v.downsample_ratio - 1) / v.downsample_ratio ||
+        plan.token_rows != (plan.patch_rows + v.downsample_ratio - 1) / v.downsample_ratio ||
+        image.canvas->size() != static_cast<size_t>(plan.bw) * plan.bh * 3) {
+      return InvalidArgumentError("image %zu: its plan or canvas does not fit the vision tower", k);
+    }
+  }
+  return OkStatus();
+}
+
 Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
                                     const AddRequestOptions& options) {
   const int32_t vocab = model_.config().vocab_size;
@@ -161,6 +214,7 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
         static_cast<long long>(prompt_len), static_cast<long long>(layout_.max_request_tokens),
         layout_.num_blocks);
   }
+  DSV41_RETURN_IF_ERROR(CheckRequestImages(prompt_ids, options.images));
   DSV41_ASSIGN_OR_RETURN(const uint64_t id,
                          ClaimRequestId(options.request_id, IdInUse(options.request_id), next_id_));
   auto r = std::make_unique<Request>();
@@ -177,7 +231,19 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
   if (model_.engram.num_layers() > 0) {
     DSV41_RETURN_IF_ERROR(MapTokensToEngramClasses(model_.token_map, prompt_ids, classes));
   }
-  DSV41_RETURN_IF_ERROR(r->history.Append(prompt_ids, classes));
+  // vision.md §11: every span position is dead for Engram, whatever its token id.
+  std::vector<uint8_t> dead;
+  if (!options.images.empty()) {
+    dead.assign(prompt_ids.size(), 0);
+    for (const RequestImage& image : options.images) {
+      const int64_t end = int64_t{image.span_start} + image.plan.span_length;
+      std::fill(dead.begin() + image.span_start, dead.begin() + end, uint8_t{1});
+      r->content_keys.push_back({image.span_start, end, image.content_key});
+      stats_.image_span_tokens += static_cast<uint64_t>(image.plan.span_length);
+    }
+    r->images = options.images;
+  }
+  DSV41_RETURN_IF_ERROR(r->history.Append(prompt_ids, classes, dead));
   const SpeculativeOptions& spec = options_.speculative;
   r->guard = DraftGuard(DraftGuard::Options{.min_acceptance = spec.min_acceptance,
                                             .initial_pause_steps = spec.guard_initial_pause_steps,
@@ -445,6 +511,7 @@ bool Engine::UpdateRequest(size_t i, size_t& logit_idx, RequestOutput& out) {
 }
 
 void Engine::Remove(Request& r) {
+  runner_->ReleaseImages(r.id);
   scheduler_->Remove(&r);
   proposer_->Forget(r.id);
   requests_.erase(r.id);
@@ -488,6 +555,8 @@ void Engine::ReadStats(EngineStats& s) const {
   s.num_seed_calls = proposer_->stats().num_seed_calls;
   s.num_seeded_rows = proposer_->stats().num_seeded_rows;
   runner_->ReadEngramFetchStats(s.engram_fetch);
+  s.images_encoded = runner_->vision_stats().images_encoded;
+  s.vision_encode_seconds = runner_->vision_stats().encode_seconds;
   if (model_.engram_storage != nullptr) s.engram_store = model_.engram_storage->counters();
 }
 

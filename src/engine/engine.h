@@ -75,8 +75,9 @@ class Engine {
   const CachePlan& cache_plan() const { return *plan_; }
 
   // Admits a request: InvalidArgument naming the field for bad sampling parameters, an empty
-  // prompt, a token id outside the vocabulary, or a prompt that can never fit (naming its length
-  // and the limit). Returns the request id.
+  // prompt, a token id outside the vocabulary, a prompt that can never fit (naming its length
+  // and the limit), or images that do not fit the prompt or the model (CheckRequestImages).
+  // Returns the request id.
   Result<uint64_t> AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
                               const AddRequestOptions& options = {});
   // Ends a request at once and frees its blocks; its last output (finish kAbort) comes with the
@@ -102,6 +103,11 @@ class Engine {
   Result<RequestState> InspectRequest(uint64_t request_id) const;
 
  private:
+  // The images of a request (vision.md §10): spans inside the prompt, in order, disjoint, on the
+  // image token; each with a tower and a canvas that fits it, or its own aligner rows.
+  // InvalidArgument naming the image otherwise.
+  Status CheckRequestImages(std::span<const int32_t> prompt_ids,
+                            std::span<const RequestImage> images) const;
   // Whether a live request or an output not yet stepped out holds `id`.
   bool IdInUse(uint64_t id) const;
   Engine(const LoadedTextModel& model, const EngineOptions& options)

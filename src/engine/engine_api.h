@@ -5,6 +5,7 @@
 // the model, cache or Engram-tier headers, so the server builds on this alone.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engram/engram_rows.h"
+#include "vision/image_plan.h"
 
 namespace dsv41 {
 
@@ -84,18 +86,39 @@ struct EngineStats {
   EngramFetchStats engram_fetch;
   EngramStoreCounters engram_store;
   uint64_t failed_steps = 0;  // steps whose requests failed because their rows could not be read
+  // Image input (vision.md): images the tower encoded, the time it took, the span positions run.
+  uint64_t images_encoded = 0;
+  double vision_encode_seconds = 0;
+  uint64_t image_span_tokens = 0;  // admitted prompt positions inside image spans
+};
+
+// One image of a request (vision.md §10–§12), placed by the frontend: the prompt is already
+// expanded (vision/image_span.h), and the image's span of plan.span_length positions, each
+// holding the image token id, starts at prompt position span_start. The tower encodes its
+// letterbox when a step first reaches the span; or the request brings the aligner rows themselves
+// (vLLM's image_embeds, `dsv41 logits --image-embeddings`). Shared, immutable buffers: a frontend
+// hands them over without a copy.
+struct RequestImage {
+  int32_t span_start = 0;
+  ImagePlan plan;
+  std::shared_ptr<const std::vector<uint8_t>> canvas;    // [bh, bw, 3] (PreparedImage::canvas)
+  std::shared_ptr<const std::vector<float>> embeddings;  // or [H · W, hidden_size] aligner rows
+  // The prefix-cache key of the span's blocks (ImageSpanKey of the content hash and the plan).
+  uint64_t content_key = 0;
 };
 
 struct AddRequestOptions {
   bool prompt_logits = false;
+  // The images of an expanded prompt, in prompt order.
+  std::vector<RequestImage> images = {};
   // The frontend's id for the request (the server's stream id), which its outputs carry: one id
   // space from the HTTP request to the engine's outputs. 0: the backend picks the next free id.
   uint64_t request_id = 0;
 };
 
 // The id a backend gives a new request: `requested` when nonzero (InvalidArgument naming it when
-// `requested_in_use`: a live request holds it, or an output not yet stepped out), else `next_id`; `next_id` moves past the id
-// taken, so the backend's own ids never collide with the frontend's.
+// `requested_in_use`: a live request holds it, or an output not yet stepped out), else `next_id`;
+// `next_id` moves past the id taken, so the backend's own ids never collide with the frontend's.
 Result<uint64_t> ClaimRequestId(uint64_t requested, bool requested_in_use, uint64_t& next_id);
 
 // What the server's engine loop drives (serving.md §1): the engine (EngineBackend, engine.h), or

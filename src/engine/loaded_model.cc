@@ -20,6 +20,9 @@ Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir, const Prog
   if (with_dspark) {
     DSV41_ASSIGN_OR_RETURN(m.dspark, DsparkModel::Load(*m.weights));
   }
+  if (m.weights->config().vision.has_tower()) {
+    DSV41_ASSIGN_OR_RETURN(m.vision, VisionTower::Load(*m.weights));
+  }
   DSV41_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(dir + "/tokenizer.json"));
   m.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer));
   if (!m.weights->config().engram_layer_ids.empty()) {

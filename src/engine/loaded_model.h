@@ -14,6 +14,7 @@
 #include "engram/token_map.h"
 #include "model/dspark.h"
 #include "model/forward.h"
+#include "model/vision_tower.h"
 #include "model/weights.h"
 #include "text/tokenizer.h"
 
@@ -24,6 +25,7 @@ struct LoadedTextModel {
   std::unique_ptr<ModelWeights> weights;
   std::unique_ptr<TextModel> model;
   std::unique_ptr<DsparkModel> dspark;  // the draft network; null unless loaded with it
+  std::unique_ptr<VisionTower> vision;  // the vision tower; null when the config has none
   std::unique_ptr<Tokenizer> tokenizer;
   EngramTokenMap token_map;
   EngramHashConstants engram;

@@ -1,6 +1,10 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
+
+#include "vision/image_span.h"
+#include "vision/patches.h"
 
 namespace dsv41 {
 
@@ -10,7 +14,55 @@ void ClearBatch(Batch& batch) {
   batch.engram_rows.clear();
   batch.logit_rows.clear();
   batch.main_hidden_rows.clear();
+  batch.span_roles.clear();
+  batch.span_rows.clear();
 }
+
+namespace {
+
+// The span roles and rows of the slice's positions inside image spans (vision.md §10).
+void AppendSpanRows(const BatchSlice& slice, int32_t first_row, Batch& batch) {
+  const int64_t begin = slice.start;
+  const int64_t end = begin + slice.num_tokens;
+  for (size_t k = 0; k < slice.images.size(); ++k) {
+    const RequestImage& image = slice.images[k];
+    const int64_t span_end = int64_t{image.span_start} + image.plan.span_length;
+    for (int64_t pos = std::max<int64_t>(begin, image.span_start); pos < std::min(end, span_end);
+         ++pos) {
+      const SpanPosition at = SpanPositionAt(image.plan, pos - image.span_start);
+      const size_t row = static_cast<size_t>(first_row + (pos - begin));
+      batch.span_roles[row] = static_cast<int8_t>(at.role);
+      const int64_t dim = static_cast<int64_t>(slice.delimiters.start.size());
+      switch (at.role) {
+        case SpanRole::kStart:
+          batch.span_rows[row] = slice.delimiters.start.data();
+          break;
+        case SpanRole::kNewline:
+          batch.span_rows[row] = slice.delimiters.newline.data();
+          break;
+        case SpanRole::kEnd:
+          batch.span_rows[row] = slice.delimiters.end.data();
+          break;
+        case SpanRole::kImage:
+        case SpanRole::kText:
+          batch.span_rows[row] = slice.image_rows[k] + at.image_row * dim;
+          break;
+      }
+    }
+  }
+}
+
+bool SliceReachesASpan(const BatchSlice& slice) {
+  for (const RequestImage& image : slice.images) {
+    if (image.span_start < slice.start + slice.num_tokens &&
+        image.span_start + image.plan.span_length > slice.start) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
 
 void AppendToBatch(const EngramHashConstants& engram, const BatchSlice& slice, Batch& batch) {
   const int32_t first_row = batch.num_tokens();
@@ -35,6 +87,11 @@ void AppendToBatch(const EngramHashConstants& engram, const BatchSlice& slice, B
     }
     if (slice.main_hidden) batch.main_hidden_rows.push_back(first_row + t);
   }
+  if (!batch.span_roles.empty() || SliceReachesASpan(slice)) {
+    batch.span_roles.resize(batch.token_ids.size(), static_cast<int8_t>(SpanRole::kText));
+    batch.span_rows.resize(batch.token_ids.size(), nullptr);
+    AppendSpanRows(slice, first_row, batch);
+  }
 }
 
 ModelRunner::ModelRunner(const LoadedTextModel& model, const CachePlan& plan, uint32_t num_blocks,
@@ -58,9 +115,18 @@ ModelRunner::ModelRunner(const LoadedTextModel& model, const CachePlan& plan, ui
 
 void ModelRunner::BuildBatch(const SchedulerOutput& scheduled, std::span<const int64_t> committed) {
   ClearBatch(batch_);
+  EncodeImagesOfStep(scheduled);
   for (size_t i = 0; i < scheduled.scheduled.size(); ++i) {
     const ScheduledRequest& s = scheduled.scheduled[i];
     const Request& r = *s.request;
+    SpanDelimiterRows delimiters;
+    slice_image_rows_.clear();
+    if (!r.images.empty()) {
+      const std::vector<std::vector<float>>& rows = image_rows_[r.id];
+      for (const std::vector<float>& image : rows) slice_image_rows_.push_back(image.data());
+      delimiters = {model_.vision->image_start(), model_.vision->image_newline(),
+                    model_.vision->image_end()};
+    }
     const auto start = static_cast<int32_t>(r.num_computed);
     // The last committed position and every draft after it are verify rows.
     const bool completes = start + s.num_new_tokens == r.num_tokens();
@@ -74,7 +140,10 @@ void ModelRunner::BuildBatch(const SchedulerOutput& scheduled, std::span<const i
                              .logits_from =
                                  completes ? committed[i] - 1 : std::numeric_limits<int64_t>::max(),
                              .prompt_logits_end = r.prompt_logits ? r.num_prompt_tokens : 0,
-                             .main_hidden = options_.record_main_hidden},
+                             .main_hidden = options_.record_main_hidden,
+                             .images = r.images,
+                             .image_rows = slice_image_rows_,
+                             .delimiters = delimiters},
                   batch_);
   }
 }
@@ -98,6 +167,68 @@ Status ModelRunner::Run(const SchedulerOutput& scheduled) {
   if (engram_prefetch_ != nullptr) engram_prefetch_->FinishStep();
   return forward;
 }
+
+void ModelRunner::EncodeImagesOfStep(const SchedulerOutput& scheduled) {
+  struct Pending {
+    std::vector<float>* rows;
+    const RequestImage* image;
+  };
+  std::vector<Pending> pending;
+  for (const ScheduledRequest& s : scheduled.scheduled) {
+    const Request& r = *s.request;
+    if (r.images.empty()) continue;
+    std::vector<std::vector<float>>& rows = image_rows_[r.id];
+    rows.resize(r.images.size());
+    const int64_t end = r.num_computed + s.num_new_tokens;
+    for (size_t k = 0; k < r.images.size(); ++k) {
+      const RequestImage& image = r.images[k];
+      if (!rows[k].empty() || image.span_start >= end ||
+          image.span_start + image.plan.span_length <= r.num_computed) {
+        continue;
+      }
+      if (image.embeddings != nullptr) {
+        rows[k] = *image.embeddings;
+      } else {
+        pending.push_back({&rows[k], &image});
+      }
+    }
+  }
+  if (pending.empty()) return;
+  const auto begin = std::chrono::steady_clock::now();
+  const VisionConfig& v = model_.vision->config();
+  std::vector<ImagePlan> plans;
+  int64_t num_patches = 0, num_tokens = 0;
+  for (const Pending& p : pending) {
+    plans.push_back(p.image->plan);
+    num_patches += p.image->plan.num_patches();
+    num_tokens += p.image->plan.num_image_tokens();
+  }
+  std::vector<float> patches(static_cast<size_t>(num_patches * v.patch_values()));
+  int64_t offset = 0;
+  for (const Pending& p : pending) {
+    const ImagePlan& plan = p.image->plan;
+    const int64_t size = plan.num_patches() * v.patch_values();
+    ExtractPatches(*p.image->canvas, plan.bw, plan.bh, v.patch_size,
+                   std::span<float>(patches).subspan(static_cast<size_t>(offset), size));
+    offset += size;
+  }
+  const int64_t dim = model_.config().hidden_size;
+  std::vector<float> rows(static_cast<size_t>(num_tokens * dim));
+  vision_arena_.Reset();
+  ExecContext ctx{ctx_.pool, vision_arena_, ctx_.numerics};
+  model_.vision->Encode(patches, plans, rows, ctx);
+  offset = 0;
+  for (const Pending& p : pending) {
+    const int64_t size = p.image->plan.num_image_tokens() * dim;
+    p.rows->assign(rows.begin() + offset, rows.begin() + offset + size);
+    offset += size;
+  }
+  vision_stats_.images_encoded += pending.size();
+  vision_stats_.encode_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
+
+void ModelRunner::ReleaseImages(uint64_t request_id) { image_rows_.erase(request_id); }
 
 bool ModelRunner::engram_storage_failed() const {
   return engram_prefetch_ != nullptr && engram_prefetch_->step_failed();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -26,6 +27,13 @@
 
 namespace dsv41 {
 
+// The learned rows of the span delimiters (VisionTower::image_start, ...), hidden_size each.
+struct SpanDelimiterRows {
+  std::span<const float> start = {};
+  std::span<const float> newline = {};
+  std::span<const float> end = {};
+};
+
 // One request's part of a step, by absolute position: positions [start, start + num_tokens) of
 // its history run. Positions from logits_from on, and those before prompt_logits_end, want logits.
 struct BatchSlice {
@@ -38,6 +46,11 @@ struct BatchSlice {
   int64_t logits_from = std::numeric_limits<int64_t>::max();
   int64_t prompt_logits_end = 0;
   bool main_hidden = false;  // every row's DSpark main_hidden
+  // Image spans (vision.md §10): the request's images and, per image, its first aligner row
+  // (H · W rows of hidden_size floats follow), and the learned delimiter rows. Empty: no images.
+  std::span<const RequestImage> images = {};
+  std::span<const float* const> image_rows = {};
+  SpanDelimiterRows delimiters = {};
 };
 
 // Appends `slice` to `batch` after the requests already in it: the one way a Batch is built (the
@@ -84,9 +97,21 @@ class ModelRunner {
   // The prefetcher's counters (zero without Engram layers) into `out`, reusing its buffers.
   void ReadEngramFetchStats(EngramFetchStats& out) const;
 
+  // Image rows (vLLM's encoder cache): each image of a request is encoded once, when a step first
+  // reaches its span, and its rows are kept until the request ends. Forget a request's rows.
+  void ReleaseImages(uint64_t request_id);
+  struct VisionStats {
+    uint64_t images_encoded = 0;
+    double encode_seconds = 0;
+  };
+  const VisionStats& vision_stats() const { return vision_stats_; }
+
  private:
   // The Engram rows of the chunks the prefilling requests of `scheduled` will run next step.
   void BuildEngramLookAhead(const SchedulerOutput& scheduled);
+  // Encodes, in one tower call, every image whose span a scheduled slice reaches for the first
+  // time (images given as rows are copied), into image_rows_.
+  void EncodeImagesOfStep(const SchedulerOutput& scheduled);
 
   const LoadedTextModel& model_;
   ModelRunnerOptions options_;
@@ -101,6 +126,11 @@ class ModelRunner {
   std::unique_ptr<EngramPrefetcher> engram_prefetch_;  // null without Engram layers
   SyncEngramStepRows no_engram_;                       // no tables: the rows of no Engram layer
   std::vector<int64_t> engram_ahead_;                  // look-ahead rows
+  // Image rows by request id: per image its [H · W, hidden_size] rows (empty until encoded).
+  std::map<uint64_t, std::vector<std::vector<float>>> image_rows_;
+  StepArena vision_arena_;  // the tower's scratch, apart from the text step's
+  VisionStats vision_stats_;
+  std::vector<const float*> slice_image_rows_;  // per image of one slice (capacity kept)
 };
 
 }  // namespace dsv41

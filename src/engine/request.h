@@ -43,6 +43,10 @@ struct Request {
   std::vector<int32_t> draft_tokens;
   std::vector<int32_t> draft_classes;
   DraftGuard guard{DraftGuard::Options{}};
+  // Image input (vision.md §10–§12): the prompt's images in span order, and the prefix-cache keys
+  // of their spans (the positions of every span are also dead in the history).
+  std::vector<RequestImage> images;
+  std::vector<ContentKeyRange> content_keys;
 
   int64_t num_tokens() const { return history.size(); }
   int32_t num_output_tokens() const {

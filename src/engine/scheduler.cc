@@ -108,7 +108,7 @@ void Scheduler::Schedule(SchedulerOutput& output) {
     Request* r = waiting_.front();
     // A request that wants every prompt position's logits computes them all.
     if (r->num_computed == 0 && !r->prompt_logits) {
-      r->num_computed = kv_.AcquirePrefix(r->history.token_ids(), r->blocks);
+      r->num_computed = kv_.AcquirePrefix(r->history.token_ids(), r->content_keys, r->blocks);
       r->num_cached_prompt_tokens = r->num_computed;
     }
     int32_t n = std::min(Remaining(r), budget);
@@ -138,7 +138,7 @@ void Scheduler::Update(const SchedulerOutput& output) {
   for (const ScheduledRequest& s : output.scheduled) {
     Request* r = s.request;
     r->num_computed += s.num_new_tokens;
-    kv_.CacheFullBlocks(r->blocks, r->history.token_ids(), r->num_computed);
+    kv_.CacheFullBlocks(r->blocks, r->history.token_ids(), r->content_keys, r->num_computed);
   }
 }
 

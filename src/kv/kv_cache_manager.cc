@@ -32,6 +32,21 @@ BlockHash HashBlockTokens(BlockHash parent, std::span<const int32_t> token_ids, 
   return Mix64(h ^ static_cast<uint64_t>(token_ids.size()));
 }
 
+BlockHash HashBlock(BlockHash parent, std::span<const int32_t> token_ids, int64_t block_begin,
+                    std::span<const ContentKeyRange> content_keys, uint64_t identity) {
+  BlockHash h = HashBlockTokens(parent, token_ids, identity);
+  const int64_t block_end = block_begin + static_cast<int64_t>(token_ids.size());
+  for (const ContentKeyRange& range : content_keys) {
+    if (range.end <= block_begin || range.begin >= block_end) continue;
+    h = Mix64(h ^ 0x696D6167655F6B31ull);  // "image_k1": a domain tag
+    h = Mix64(h ^ range.key);
+    h = Mix64(h ^ static_cast<uint64_t>(std::max(range.begin, block_begin) - block_begin));
+    h = Mix64(h ^ static_cast<uint64_t>(std::min(range.end, block_end) - block_begin));
+    h = Mix64(h ^ static_cast<uint64_t>(block_begin - range.begin));  // where in the span
+  }
+  return h;
+}
+
 KvCacheManager::KvCacheManager(const CachePlan& plan, uint32_t num_blocks,
                                const KvManagerOptions& options)
     : plan_(plan),
@@ -63,6 +78,12 @@ void KvCacheManager::EnsureTables(RequestBlockTables& req) const {
 }
 
 int64_t KvCacheManager::AcquirePrefix(std::span<const int32_t> token_ids, RequestBlockTables& req) {
+  return AcquirePrefix(token_ids, {}, req);
+}
+
+int64_t KvCacheManager::AcquirePrefix(std::span<const int32_t> token_ids,
+                                      std::span<const ContentKeyRange> content_keys,
+                                      RequestBlockTables& req) {
   for (const std::vector<uint32_t>& table : req.tables) {
     DSV41_CHECK(table.empty(), "AcquirePrefix on a request that holds blocks");
   }
@@ -79,10 +100,10 @@ int64_t KvCacheManager::AcquirePrefix(std::span<const int32_t> token_ids, Reques
   hashes.reserve(static_cast<size_t>(max_blocks));
   BlockHash parent = kRootBlockHash;
   for (int64_t i = 0; i < max_blocks; ++i) {
-    parent = HashBlockTokens(parent,
-                             token_ids.subspan(static_cast<size_t>(i * block_tokens_),
-                                               static_cast<size_t>(block_tokens_)),
-                             options_.identity);
+    parent = HashBlock(parent,
+                       token_ids.subspan(static_cast<size_t>(i * block_tokens_),
+                                         static_cast<size_t>(block_tokens_)),
+                       i * block_tokens_, content_keys, options_.identity);
     hashes.push_back(parent);
   }
   int64_t num_hit = max_blocks;
@@ -191,6 +212,12 @@ bool KvCacheManager::Allocate(RequestBlockTables& req, int64_t num_computed, int
 
 void KvCacheManager::CacheFullBlocks(RequestBlockTables& req, std::span<const int32_t> token_ids,
                                      int64_t num_computed) {
+  CacheFullBlocks(req, token_ids, {}, num_computed);
+}
+
+void KvCacheManager::CacheFullBlocks(RequestBlockTables& req, std::span<const int32_t> token_ids,
+                                     std::span<const ContentKeyRange> content_keys,
+                                     int64_t num_computed) {
   if (!options_.enable_prefix_caching) return;
   EnsureTables(req);
   DSV41_CHECK(static_cast<int64_t>(token_ids.size()) >= num_computed,
@@ -202,10 +229,10 @@ void KvCacheManager::CacheFullBlocks(RequestBlockTables& req, std::span<const in
   const int64_t num_full = num_computed / block_tokens_;
   for (int64_t i = req.num_cached_blocks; i < num_full; ++i) {
     const BlockHash parent = i == 0 ? kRootBlockHash : req.block_hashes[static_cast<size_t>(i - 1)];
-    const BlockHash hash = HashBlockTokens(parent,
-                                           token_ids.subspan(static_cast<size_t>(i * block_tokens_),
-                                                             static_cast<size_t>(block_tokens_)),
-                                           options_.identity);
+    const BlockHash hash = HashBlock(parent,
+                                     token_ids.subspan(static_cast<size_t>(i * block_tokens_),
+                                                       static_cast<size_t>(block_tokens_)),
+                                     i * block_tokens_, content_keys, options_.identity);
     req.block_hashes.push_back(hash);
     for (int32_t g = 0; g < static_cast<int32_t>(plan_.groups.size()); ++g) {
       if (g == plan_.ring_group_idx) continue;

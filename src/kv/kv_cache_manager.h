@@ -43,6 +43,24 @@ inline constexpr BlockHash kRootBlockHash = 0;
 // (in order) and the identity. Equal tokens after different prefixes give different hashes.
 BlockHash HashBlockTokens(BlockHash parent, std::span<const int32_t> token_ids, uint64_t identity);
 
+// Positions whose content their token ids do not tell: an image span, whose positions all hold
+// the placeholder id (vision.md §12). A block overlapping [begin, end) mixes `key` (the image's
+// content hash, its plan, ...) and the overlap's bounds into its hash, so the same image at the
+// same positions hits and any other image misses. A request's ranges are sorted and disjoint.
+struct ContentKeyRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  uint64_t key = 0;
+
+  bool operator==(const ContentKeyRange&) const = default;
+};
+
+// HashBlockTokens of the block at positions [block_begin, block_begin + token_ids.size()), then
+// for each range overlapping it its key and the overlap's offsets in the block. Without an
+// overlapping range this is HashBlockTokens itself.
+BlockHash HashBlock(BlockHash parent, std::span<const int32_t> token_ids, int64_t block_begin,
+                    std::span<const ContentKeyRange> content_keys, uint64_t identity);
+
 // Engine thread only.
 class KvCacheManager {
  public:
@@ -63,6 +81,9 @@ class KvCacheManager {
   // 0 when prefix caching is off (then stats are not counted either) or nothing hits. Counts
   // queried (len) and hit (H) tokens in stats.
   int64_t AcquirePrefix(std::span<const int32_t> token_ids, RequestBlockTables& req);
+  // The same for a prompt with image spans: the blocks are hashed with HashBlock.
+  int64_t AcquirePrefix(std::span<const int32_t> token_ids,
+                        std::span<const ContentKeyRange> content_keys, RequestBlockTables& req);
 
   // New block ids Allocate(req, num_computed, num_new) would take (after its sliding free): G_KV
   // blocks missing for [0, end), each window group's missing (absent or kNoBlock) blocks for
@@ -86,6 +107,9 @@ class KvCacheManager {
   // cached block is shared by later hits. No-op when prefix caching is off.
   void CacheFullBlocks(RequestBlockTables& req, std::span<const int32_t> token_ids,
                        int64_t num_computed);
+  // The same for a request with image spans (the blocks hashed with HashBlock).
+  void CacheFullBlocks(RequestBlockTables& req, std::span<const int32_t> token_ids,
+                       std::span<const ContentKeyRange> content_keys, int64_t num_computed);
 
   // Reserves the request's tables and hashes for max_tokens positions, so that the steps that
   // reach them allocate nothing.

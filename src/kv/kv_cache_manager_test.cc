@@ -652,3 +652,57 @@ INSTANTIATE_TEST_SUITE_P(Seeds, KvCacheManagerRandomTest, ::testing::Values(1u, 
 
 }  // namespace
 }  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// vision.md §12: an image span's positions all hold the placeholder id, so a block overlapping a
+// span hashes the image's key too; blocks before the span hash as text.
+TEST(KvCacheManagerTest, ImageSpanBlocksAreKeyedByContent) {
+  const std::vector<int32_t> block = {9, 9, 9, 9};
+  const std::vector<ContentKeyRange> image_a = {{2, 9, 0xA}};
+  const std::vector<ContentKeyRange> image_b = {{2, 9, 0xB}};
+  // No overlap: the text hash.
+  EXPECT_EQ(HashBlock(kRootBlockHash, block, 12, image_a, 1),
+            HashBlockTokens(kRootBlockHash, block, 1));
+  EXPECT_NE(HashBlock(kRootBlockHash, block, 0, image_a, 1),
+            HashBlockTokens(kRootBlockHash, block, 1));
+  EXPECT_NE(HashBlock(kRootBlockHash, block, 0, image_a, 1),
+            HashBlock(kRootBlockHash, block, 0, image_b, 1));
+  // The same image one position later is another prompt.
+  EXPECT_NE(HashBlock(kRootBlockHash, block, 4, image_a, 1),
+            HashBlock(kRootBlockHash, block, 4, std::vector<ContentKeyRange>{{3, 10, 0xA}}, 1));
+
+  // Request A: [1, 2, span of 7 × 9 at 2 .. 8, 3, 4, ...] cached over 12 positions (3 blocks).
+  KvCacheManager kv(TinyPlan(), 64, Caching(true));
+  std::vector<int32_t> tokens = {1, 2, 9, 9, 9, 9, 9, 9, 9, 3, 4, 5, 6, 7};
+  RequestBlockTables a;
+  EXPECT_EQ(kv.AcquirePrefix(tokens, image_a, a), 0);
+  ASSERT_TRUE(kv.Allocate(a, 0, 12));
+  kv.CacheFullBlocks(a, tokens, image_a, 12);
+  // The same image hits all three blocks; another image of the same size hits none (block 0
+  // overlaps the span); text-only hashing of the same ids hits none either.
+  RequestBlockTables same, other, text;
+  EXPECT_EQ(kv.AcquirePrefix(tokens, image_a, same), 12);
+  EXPECT_EQ(kv.AcquirePrefix(tokens, image_b, other), 0);
+  EXPECT_EQ(kv.AcquirePrefix(tokens, text), 0);
+  kv.Free(same);
+  kv.Free(other);
+  kv.Free(text);
+  // A span starting in block 1: block 0 is text and is shared with an image-less prompt.
+  const std::vector<ContentKeyRange> late = {{4, 9, 0xA}};
+  std::vector<int32_t> late_tokens = {1, 2, 3, 4, 9, 9, 9, 9, 9, 5, 6};
+  RequestBlockTables c, d;
+  EXPECT_EQ(kv.AcquirePrefix(late_tokens, late, c), 0);
+  ASSERT_TRUE(kv.Allocate(c, 0, 8));
+  kv.CacheFullBlocks(c, late_tokens, late, 8);
+  std::vector<int32_t> text_tokens = {1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(kv.AcquirePrefix(text_tokens, d), 4);
+  kv.Free(a);
+  kv.Free(c);
+  kv.Free(d);
+  EXPECT_TRUE(kv.CheckConsistency().ok());
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -24,6 +24,13 @@ struct Batch {
   // Rows of token_ids whose DSpark main_hidden (model.md §11.2) is wanted, ascending; empty when
   // nothing drafts (the forward then records nothing).
   std::vector<int32_t> main_hidden_rows;
+  // Image spans (vision.md §10, §11): both empty when no row of the step lies in a span; else
+  // [T] each: the row's SpanRole (vision/image_span.h; −1 text) and, for a span row, the
+  // hidden_size values of h it takes instead of its token's embedding (its aligner row, or the
+  // learned START / NEWLINE / END row; bf16 values). A span row is dead for Engram and routes
+  // with bias_vl; the ids of span rows are never read.
+  std::vector<int8_t> span_roles;
+  std::vector<const float*> span_rows;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
 };

@@ -51,6 +51,19 @@ void ReportSelections(const LayerRole& role, std::span<const BatchRequest> reque
   }
 }
 
+// vision.md §10 "Merge", before the ×4 expansion: a span row's streams all take its row of h
+// (the aligner row or a learned delimiter) instead of the token's embedding. `in_span` [T]
+// receives 1 for span rows (dead for Engram, bias_vl in the router), 0 for text.
+void MergeSpanRows(const Batch& batch, int32_t hc_mult, int64_t dim, std::span<float> x,
+                   std::span<uint8_t> in_span) {
+  for (size_t t = 0; t < batch.span_roles.size(); ++t) {
+    in_span[t] = batch.span_roles[t] >= 0 ? 1 : 0;
+    if (in_span[t] == 0) continue;
+    float* streams = x.data() + t * static_cast<size_t>(hc_mult * dim);
+    for (int32_t s = 0; s < hc_mult; ++s) std::copy_n(batch.span_rows[t], dim, streams + s * dim);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<TextModel>> TextModel::Load(const ModelWeights& weights) {
@@ -166,6 +179,20 @@ Status TextModel::CheckBatch(const Batch& batch, const KvCacheView& cache, size_
       }
     }
   }
+  if (!batch.span_roles.empty() || !batch.span_rows.empty()) {
+    if (batch.span_roles.size() != static_cast<size_t>(num_tokens) ||
+        batch.span_rows.size() != static_cast<size_t>(num_tokens)) {
+      return InvalidArgumentError("batch: %zu span roles and %zu span rows for %d tokens",
+                                  batch.span_roles.size(), batch.span_rows.size(), num_tokens);
+    }
+    for (int32_t t = 0; t < num_tokens; ++t) {
+      const int8_t role = batch.span_roles[static_cast<size_t>(t)];
+      if (role < -1 || role > 3 ||
+          (role >= 0 && batch.span_rows[static_cast<size_t>(t)] == nullptr)) {
+        return InvalidArgumentError("batch row %d: span role %d without its row", t, role);
+      }
+    }
+  }
   int32_t prev = -1;
   for (int32_t r : batch.logit_rows) {
     if (r <= prev || r >= num_tokens) {
@@ -216,6 +243,9 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, EngramSt
   // The residual streams [T, hc, dim], bf16 values.
   std::span<float> x = arena.Alloc<float>(num_tokens * stream);
   DSV41_RETURN_IF_ERROR(EmbedTokens(head_, batch.token_ids, dims_.hc_mult, x));
+  // Empty for a text-only step: Engram and the router then see no span row.
+  std::span<uint8_t> in_span = arena.Alloc<uint8_t>(batch.span_roles.size());
+  MergeSpanRows(batch, dims_.hc_mult, config_.hidden_size, x, in_span);
   // One embedding row per token, the Engram rows of every token.
   ctx.stats.weight_bytes +=
       static_cast<uint64_t>(num_tokens) *
@@ -245,7 +275,7 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, EngramSt
     if (layer.engram) {  // §3: Engram fuses into the streams before the block (serving.md §8.4)
       DSV41_ASSIGN_OR_RETURN(EngramFetchedRows fetched,
                              engram_rows.WaitForLayer(*role.engram_slot));
-      layer.engram->ForwardFetched(fetched, num_tokens, x, {}, ctx);
+      layer.engram->ForwardFetched(fetched, num_tokens, x, {}, ctx, in_span);
     }
     if (role.dspark_target_index && !batch.main_hidden_rows.empty()) {
       RecordMainHidden(x, batch.main_hidden_rows, *role.dspark_target_index, out.main_hidden,
@@ -273,7 +303,7 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, EngramSt
     // FFN sublayer, collapsed with the attention's pre-mix.
     SublayerInput(x, pre, num_tokens, layer.hc.hc_ffn, layer.hc.ffn_norm, dims_, mix_ffn, sub_in,
                   ctx);
-    layer.moe->Forward(sub_in, num_tokens, sub_out, ctx);
+    layer.moe->Forward(sub_in, num_tokens, sub_out, ctx, in_span);
     ctx.observer.get().OnFfnSublayer(role.layer, sub_in, sub_out);
     SublayerOutput(sub_out, mix_ffn, num_tokens, dims_, x, pi);
   }

@@ -36,9 +36,38 @@ Result<std::vector<float>> ReadBf16Vector(const ModelWeights& weights, const std
   return out;
 }
 
-// y[r, :] = bf16(W · x[r] + bias) for every row (§13.2 "Linear", fp32 accumulation and add).
+// §13.2's reference: the exact sum of the products and the bias, rounded once, then bf16.
+void LinearBiasExact(const LinearWeight& w, std::span<const float> bias, std::span<const float> x,
+                     int64_t rows, std::span<float> y, ExecContext& ctx) {
+  const int64_t in = w.in;
+  const int64_t out = w.out;
+  ctx.pool.ParallelFor(rows * out, 64, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = i / out;
+      const int64_t o = i % out;
+      const std::byte* weight_row = w.weight.data() + 2 * o * in;
+      ExactAccumulator acc;
+      for (int64_t k = 0; k < in; ++k) {
+        uint16_t bits;
+        std::memcpy(&bits, weight_row + 2 * k, 2);
+        acc.AddProduct(F32FromBf16(bits), x[static_cast<size_t>(r * in + k)]);
+      }
+      acc.Add(bias[static_cast<size_t>(o)]);
+      y[static_cast<size_t>(i)] = Bf16Round(acc.Round());
+    }
+  });
+  ctx.stats.weight_bytes += w.weight.size();
+  ctx.stats.weight_macs += static_cast<uint64_t>(rows * out * in);
+}
+
+// y[r, :] = bf16(W · x[r] + bias) for every row (§13.2 "Linear"): under the reference numerics
+// the exact sum with the bias rounded once; otherwise the kernel's fp32 sum, then the fp32 add.
 void LinearBias(const LinearWeight& w, std::span<const float> bias, std::span<const float> x,
                 int64_t rows, std::span<float> y, ExecContext& ctx) {
+  if (ctx.numerics == Numerics::kReference && !bias.empty() && w.format == WeightFormat::kBf16) {
+    LinearBiasExact(w, bias, x, rows, y, ctx);
+    return;
+  }
   LinearProduct(w, x, rows, y, ctx);
   const int64_t out = w.out;
   ctx.pool.ParallelFor(rows, 16, [&](int64_t begin, int64_t end, int) {
@@ -86,13 +115,26 @@ void RotateHead(const float* in, const float* cos, const float* sin, int64_t hd,
   }
 }
 
-// fp32 softmax of one row in place (§13.2): max, exp(s − max), sequential fp32 sum, p / sum.
-void SoftmaxRow(std::span<float> row) {
+// Σ x in double, four interleaved partial sums, rounded once: the exact sum of §13.2 except when
+// the double sums' rounding errors reach an fp32 rounding boundary (the fast path's freedom).
+float DoubleSum(std::span<const float> x) {
+  double partial[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= x.size(); i += 4) {
+    for (int lane = 0; lane < 4; ++lane) partial[lane] += x[i + lane];
+  }
+  for (; i < x.size(); ++i) partial[0] += x[i];
+  return static_cast<float>((partial[0] + partial[1]) + (partial[2] + partial[3]));
+}
+
+// fp32 softmax of one row in place (§13.2): max, exp(s − max), the sum of the exponentials
+// rounded once (exactly with `exact_sum`, the reference; else DoubleSum), p / sum.
+void SoftmaxRow(std::span<float> row, bool exact_sum) {
   float max_value = row[0];
   for (float v : row) max_value = std::max(max_value, v);
   for (float& v : row) v = v - max_value;
   CrExpSimd(row, row);
-  const float sum = SeqSum(row);
+  const float sum = exact_sum ? ExactSum(row) : DoubleSum(row);
   for (float& v : row) v = v / sum;
 }
 
@@ -171,6 +213,7 @@ void VisionTower::ImageAttention(std::span<const float> qkv, int64_t n, std::spa
     }
   });
   const float scale = CrRsqrt(static_cast<float>(hd));  // fp32(hd^−½)
+  const bool exact_sum = ctx.numerics == Numerics::kReference;
   const int64_t block = std::clamp<int64_t>(kAttentionScoreFloats / (heads * n), 1, n);
   std::span<float> scores = ctx.arena.Alloc<float>(heads * block * n);
   std::span<float> out = ctx.arena.Alloc<float>(block * d);
@@ -192,7 +235,7 @@ void VisionTower::ImageAttention(std::span<const float> qkv, int64_t n, std::spa
         const int64_t h = i / rows;
         std::span<float> row = scores.subspan((h * block + i % rows) * n, n);
         for (float& s : row) s = s * scale;
-        SoftmaxRow(row);
+        SoftmaxRow(row, exact_sum);
       }
     });
     for (int64_t h = 0; h < heads; ++h) {  // o = bf16(Σ p · v), p kept in fp32

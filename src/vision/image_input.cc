@@ -16,6 +16,17 @@ Sha256Digest ImageContentSha256(const RgbImage& image) {
   return hash.Finish();
 }
 
+uint64_t ImageSpanKey(const Sha256Digest& content_sha256, const ImagePlan& plan) {
+  Sha256 hash;
+  hash.Update(content_sha256);
+  const int32_t grid[] = {plan.bw, plan.bh, plan.token_rows, plan.token_cols, plan.span_length};
+  hash.Update(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(grid), sizeof(grid)));
+  const Sha256Digest digest = hash.Finish();
+  uint64_t key = 0;
+  for (int i = 0; i < 8; ++i) key = key << 8 | digest[i];
+  return key;
+}
+
 Result<PreparedImage> PrepareDecodedImage(const RgbImage& image, const ImagePlanParams& params) {
   PreparedImage prepared;
   DSV41_ASSIGN_OR_RETURN(prepared.plan, PlanImage(image.width, image.height, params));

@@ -25,6 +25,10 @@ struct PreparedImage {
 // The content hash of a decoded image (PreparedImage::content_sha256).
 Sha256Digest ImageContentSha256(const RgbImage& image);
 
+// The prefix-cache key of an image's span (vision.md §12): its content hash folded with the
+// planned canvas and grid, so the same image planned the same way keys alike.
+uint64_t ImageSpanKey(const Sha256Digest& content_sha256, const ImagePlan& plan);
+
 // Decodes, plans and letterboxes `bytes`. InvalidArgument naming the fault (DecodeImage,
 // PlanImage); callers prefix the image's name. Thread-safe.
 Result<PreparedImage> PrepareImage(std::span<const uint8_t> bytes, const ImagePlanParams& params,
