@@ -40,5 +40,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DSV41_CHECK(joined == prompt->text, "pieces do not concatenate to the prompt");
   DSV41_CHECK(prompt->ends_in_reasoning == prompt->text.ends_with("<think>"),
               "ends_in_reasoning disagrees with the text");
+  // With images accepted (vision.md §3), every image part is one placeholder piece, in order.
+  dsv41::Result<dsv41::ChatPrompt> with_images =
+      dsv41::RenderChatCompletionsRequest(*value, dsv41::ChatRequestOptions{.images = true});
+  DSV41_CHECK(with_images.ok(), "a text-only prompt must render with images allowed");
+  size_t placeholders = 0;
+  for (const dsv41::PromptPiece& piece : with_images->pieces) {
+    placeholders += piece.kind == dsv41::PromptPiece::Kind::kSpecialToken &&
+                    piece.text == "<｜deepseek_image｜>";
+  }
+  DSV41_CHECK(placeholders == with_images->images.size(), "%zu placeholders for %zu images",
+              placeholders, with_images->images.size());
   return 0;
 }

@@ -4,12 +4,16 @@ the endpoint letter ('c' chat completions, 'p' completions, 'm' messages, 't' to
 'd' detokenize, '*' all) followed by the body. Good requests of every field the server maps and
 handmade bad ones. Run from the repository root: python3 fuzz/make_server_request_seeds.py
 """
+import base64
 import json
 import os
 
 USER = [{"role": "user", "content": "Hi"}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+PNG_9X7 = base64.b64encode(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus",
+                                             "image", "png_c2_d8.png"), "rb").read()).decode()
 
 SEEDS = {
     "chat_minimal": ("c", {"model": "tiny", "messages": USER}),
@@ -57,6 +61,13 @@ SEEDS = {
     "tokenize_prompt": ("t", {"prompt": "hello world", "return_token_strs": True}),
     "tokenize_chat": ("t", {"messages": USER}),
     "detokenize": ("d", {"tokens": [5, 6, 7]}),
+    # vision.md §3: a 9 x 7 PNG (fuzz/corpus/image/png_c2_d8.png) as a data: URL and a base64 source.
+    "chat_image": ("c", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + PNG_9X7}},
+        {"type": "text", "text": "describe"}]}]}),
+    "messages_image": ("m", {"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": PNG_9X7}}]}]}),
 }
 
 RAW = {

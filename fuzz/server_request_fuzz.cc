@@ -37,6 +37,12 @@ const dsv41::ServedModel& Model() {
     m.max_model_len = 2048;
     m.vocab_size = tokenizer->vocab_size();
     m.think_close_id = tokenizer->IdOf(dsv41::kThinkClose).value_or(-1);
+    // Images accepted with tiny-v's plan (goldens/vision/README.md), small enough to fuzz.
+    m.images.enabled = true;
+    m.images.image_token_id = tokenizer->IdOf(dsv41::kImageToken).value_or(-1);
+    m.images.plan = {
+        .patch_size = 14, .downsample_ratio = 3, .max_image_tokens = 120, .min_pixels = 40000};
+    m.images.max_pixels = int64_t{1} << 22;
     return m;
   }();
   return model;
@@ -61,6 +67,20 @@ void CheckGeneration(const dsv41::Result<dsv41::GenerationRequest>& r) {
       s.params.max_tokens >= 1 &&
           static_cast<int64_t>(s.prompt_ids.size()) + s.params.max_tokens <= m.max_model_len,
       "prompt %zu + max_tokens %d beyond the context", s.prompt_ids.size(), s.params.max_tokens);
+  // Each image's span lies in the prompt, in order, on the image token.
+  int64_t next_free = 0;
+  for (const dsv41::RequestImage& image : s.options.images) {
+    const int64_t end = int64_t{image.span_start} + image.plan.span_length;
+    DSV41_CHECK(image.span_start >= next_free && end <= static_cast<int64_t>(s.prompt_ids.size()),
+                "image span [%d, %lld) in a prompt of %zu", image.span_start,
+                static_cast<long long>(end), s.prompt_ids.size());
+    for (int64_t p = image.span_start; p < end; ++p) {
+      DSV41_CHECK(s.prompt_ids[static_cast<size_t>(p)] == m.images.image_token_id,
+                  "span position %lld holds %d", static_cast<long long>(p),
+                  s.prompt_ids[static_cast<size_t>(p)]);
+    }
+    next_free = end;
+  }
   const dsv41::Status sampling = dsv41::ValidateSamplingParams(s.params, m.vocab_size);
   DSV41_CHECK(sampling.ok(), "accepted sampling fields fail the engine: %s",
               sampling.ToString().c_str());

@@ -18,6 +18,7 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/image_flags.h"
 #include "cli/progress_printer.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
@@ -45,7 +46,9 @@ struct ServeFlags {
   double log_stats_interval_s = 10.0;
   std::string scripted_replies;
   int64_t default_max_tokens = 0;
+  bool allow_local_image_files = false;
   EngineFlags engine;
+  ImageFlags image_flags;
 };
 
 // SIGINT / SIGTERM, delivered to one waiting thread (blocked everywhere else, so no handler runs
@@ -209,6 +212,13 @@ ServedModel DescribeServedModel(const LoadedTextModel& model, const ServeFlags& 
   served.vocab_size = model.config().vocab_size;
   served.think_close_id = model.tokenizer->IdOf(kThinkClose).value_or(-1);
   served.created = UnixSeconds();
+  if (model.vision != nullptr) {
+    served.images.enabled = true;
+    served.images.image_token_id = model.config().image_token_id;
+    served.images.plan = model.vision->config().plan_params();
+    served.images.max_pixels = flags.image_flags.max_image_pixels;
+    served.images.allow_local_files = flags.allow_local_image_files;
+  }
   return served;
 }
 
@@ -347,7 +357,11 @@ std::function<int()> SetupServe(CLI::App& sub) {
   sub.add_option("--log-stats-interval", flags->log_stats_interval_s,
                  "seconds between stats lines on stderr (0: none)")
       ->capture_default_str();
+  sub.add_flag("--allow-local-image-files", flags->allow_local_image_files,
+               "accept file:// image URLs (absolute paths on this machine); http(s) URLs are never "
+               "fetched");
   AddEngineFlags(sub, flags->engine);
+  AddImageFlags(sub, flags->image_flags);
   return [flags] { return RunServe(*flags); };
 }
 

@@ -12,20 +12,49 @@
 namespace dsv41 {
 namespace {
 
-bool IsImageType(std::string_view type) { return type == "image" || type == "document"; }
-
-// The `type` of block `b` of `field`: an object with a string type.
-Result<std::string> BlockType(const JsonValue& block, const std::string& field) {
+// The `type` of block `b` of `field`: an object with a string type. Images are read only from
+// user messages (`images`); documents never.
+Result<std::string> BlockType(const JsonValue& block, const std::string& field,
+                              bool images = false) {
   const JsonValue* type = block.is_object() ? FieldOrNull(block, "type") : nullptr;
   if (type == nullptr || !type->is_string()) {
     return InvalidArgumentError("%s: a content block must be an object with a string 'type'",
                                 field.c_str());
   }
-  if (IsImageType(type->text)) {
-    return InvalidArgumentError("%s: %s content is not supported (text-only deployment)",
-                                field.c_str(), type->text.c_str());
+  if (type->text == "document" || (type->text == "image" && !images)) {
+    return InvalidArgumentError("%s: %s blocks are not supported here%s", field.c_str(),
+                                type->text.c_str(),
+                                type->text == "image" ? " (images belong to user messages)" : "");
   }
   return type->text;
+}
+
+// vision.md §3.1: an image block's source, base64 (or a url).
+Result<ChatImage> ImageBlock(const JsonValue& block, const std::string& field) {
+  ChatImage image;
+  image.field = field;
+  const JsonValue* source = FieldOrNull(block, "source");
+  DSV41_ASSIGN_OR_RETURN(std::optional<std::string> kind, source != nullptr && source->is_object()
+                                                              ? StringField(*source, "type")
+                                                              : std::optional<std::string>());
+  if (kind == "base64") {
+    DSV41_ASSIGN_OR_RETURN(std::optional<std::string> data, StringField(*source, "data"));
+    DSV41_ASSIGN_OR_RETURN(std::optional<std::string> media, StringField(*source, "media_type"));
+    if (!data.has_value() || data->empty()) {
+      return InvalidArgumentError("%s.source.data: a base64 image needs its data", field.c_str());
+    }
+    image.data = std::move(*data);
+    image.media_type = media.value_or("");
+    return image;
+  }
+  if (kind == "url") {
+    DSV41_ASSIGN_OR_RETURN(std::optional<std::string> url, StringField(*source, "url"));
+    if (url.has_value() && !url->empty()) {
+      image.url = std::move(*url);
+      return image;
+    }
+  }
+  return InvalidArgumentError("%s.source: an image block needs a base64 source", field.c_str());
 }
 
 Result<std::string> BlockText(const JsonValue& block, const std::string& field) {
@@ -61,11 +90,12 @@ Result<std::string> TextOrTextBlocks(const JsonValue* value, const std::string& 
 // Calls fn(block, block_field, type) for each block of an array `content`, stopping at the first
 // error.
 template <typename Fn>
-Status ForEachBlock(const JsonValue& content, const std::string& field, Fn fn) {
+Status ForEachBlock(const JsonValue& content, const std::string& field, Fn fn,
+                    bool images = false) {
   for (size_t j = 0; j < content.array.size(); ++j) {
     const JsonValue& block = content.array[j];
     const std::string block_field = StrFormat("%s[%zu]", field.c_str(), j);
-    DSV41_ASSIGN_OR_RETURN(std::string type, BlockType(block, block_field));
+    DSV41_ASSIGN_OR_RETURN(std::string type, BlockType(block, block_field, images));
     DSV41_RETURN_IF_ERROR(fn(block, block_field, type));
   }
   return OkStatus();
@@ -84,6 +114,9 @@ Status MapUserMessage(const JsonValue& content, const std::string& field,
         if (type == "text") {
           DSV41_ASSIGN_OR_RETURN(std::string text, BlockText(block, block_field));
           out.blocks.push_back({ChatBlock::Kind::kText, std::move(text), "", ""});
+        } else if (type == "image") {
+          DSV41_ASSIGN_OR_RETURN(ChatImage image, ImageBlock(block, block_field));
+          out.blocks.push_back({ChatBlock::Kind::kImage, "", "", "", std::move(image)});
         } else if (type == "tool_result") {
           DSV41_ASSIGN_OR_RETURN(std::optional<std::string> id, StringField(block, "tool_use_id"));
           if (!id.has_value()) {
@@ -104,7 +137,8 @@ Status MapUserMessage(const JsonValue& content, const std::string& field,
           out.blocks.push_back({ChatBlock::Kind::kUnsupported, "", "", type});
         }
         return OkStatus();
-      }));
+      },
+      /*images=*/true));
   if (out.blocks.empty()) out.blocks.push_back({ChatBlock::Kind::kText, "", "", ""});
   return OkStatus();
 }
@@ -482,7 +516,7 @@ Status MapMessagesRequest(const JsonValue& body, std::vector<ChatMessage>& messa
 namespace {
 
 struct RenderedMessages {
-  std::vector<int32_t> prompt_ids;
+  Submission submission;  // the prompt ids (image placeholders expanded) and the images
   bool ends_in_reasoning = false;
 };
 
@@ -493,7 +527,9 @@ Result<RenderedMessages> RenderMessages(const JsonValue& body, const ServedModel
   DSV41_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatMessages(std::move(messages), options));
   RenderedMessages rendered;
   rendered.ends_in_reasoning = prompt.ends_in_reasoning;
-  DSV41_ASSIGN_OR_RETURN(rendered.prompt_ids, EncodeChatPrompt(*model.tokenizer, prompt));
+  DSV41_ASSIGN_OR_RETURN(rendered.submission.prompt_ids,
+                         EncodeChatPrompt(*model.tokenizer, prompt));
+  DSV41_RETURN_IF_ERROR(AttachImages(prompt.images, model.images, rendered.submission));
   return rendered;
 }
 
@@ -519,7 +555,8 @@ Result<GenerationRequest> ParseMessagesRequest(const JsonValue& body, const Serv
     }
   }
   r.starts_in_reasoning = rendered.ends_in_reasoning;
-  r.submission.prompt_ids = std::move(rendered.prompt_ids);
+  r.submission.prompt_ids = std::move(rendered.submission.prompt_ids);
+  r.submission.options.images = std::move(rendered.submission.options.images);
   DSV41_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens, IntegerField(body, "max_tokens"));
   if (!max_tokens.has_value()) return InvalidArgumentError("max_tokens: is required");
   DSV41_ASSIGN_OR_RETURN(params.max_tokens,
@@ -531,7 +568,8 @@ Result<GenerationRequest> ParseMessagesRequest(const JsonValue& body, const Serv
 
 Result<JsonValue> CountMessagesTokens(const JsonValue& body, const ServedModel& model) {
   DSV41_ASSIGN_OR_RETURN(RenderedMessages rendered, RenderMessages(body, model));
-  return JsonObject({{"input_tokens", JsonInt(static_cast<int64_t>(rendered.prompt_ids.size()))}});
+  return JsonObject(
+      {{"input_tokens", JsonInt(static_cast<int64_t>(rendered.submission.prompt_ids.size()))}});
 }
 
 std::unique_ptr<ResponseWriter> MakeMessagesWriter(const GenerationRequest& request,

@@ -11,6 +11,7 @@
 
 #include "engine/output_processor.h"
 #include "server/engine_loop.h"
+#include "server/image_inputs.h"
 #include "text/tokenizer.h"
 
 namespace dsv41 {
@@ -29,6 +30,7 @@ struct ServedModel {
   int32_t vocab_size = 0;
   int32_t think_close_id = -1;  // "</think>", or -1 when the tokenizer lacks it
   int64_t created = 0;          // Unix seconds of start-up (/v1/models)
+  ImageServing images;          // image input (vision.md §3): off without a vision tower
 
   // True when `name` is one of the served names (an empty name means the default model).
   bool Serves(const std::string& name) const;

@@ -115,6 +115,19 @@ void RenderScheduler(const EngineStats& e, std::string& out) {
          static_cast<double>(e.num_steps), out);
 }
 
+// Image input (vision.md §12): images the tower encoded, its time, and the prompt positions inside
+// image spans.
+void RenderVision(const EngineStats& e, std::string& out) {
+  Single("dsv41_images_encoded_total", "Images the vision tower encoded.", "counter",
+         static_cast<double>(e.images_encoded), out);
+  Single("dsv41_vision_encode_seconds_total",
+         "Seconds the vision tower spent encoding images (patches, ViT, aligner).", "counter",
+         e.vision_encode_seconds, out);
+  Single("dsv41_image_span_tokens_total",
+         "Prompt positions inside image spans (START, IMAGE, NEWLINE, END), admitted.", "counter",
+         static_cast<double>(e.image_span_tokens), out);
+}
+
 // Engram offload (serving.md §8.7): row traffic of the prefetcher and the stores, the forward's
 // wait per Engram slot and the fetch latency histogram.
 void RenderEngram(const EngineStats& e, std::string& out) {
@@ -265,6 +278,7 @@ std::string ServerMetrics::RenderPrometheus() const {
     RenderScheduler(engine_, out);
     RenderSpeculative(engine_, out);
     RenderEngram(engine_, out);
+    RenderVision(engine_, out);
     Header("dsv41_request_success_total", "Requests that ended, by finish reason.", "counter", out);
     for (std::string_view reason : {"stop", "length", "abort"}) {
       const auto it = finished_.find(reason);

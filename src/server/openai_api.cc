@@ -521,9 +521,14 @@ Result<GenerationRequest> ParseChatBody(const JsonValue& body, const ServedModel
   }
   if (r.logprobs) r.submission.params.logprobs = std::max(1, r.top_logprobs);
 
-  DSV41_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatCompletionsRequest(body));
+  DSV41_ASSIGN_OR_RETURN(
+      ChatPrompt prompt,
+      RenderChatCompletionsRequest(body, ChatRequestOptions{.images = model.images.enabled}));
   r.starts_in_reasoning = prompt.ends_in_reasoning;
   DSV41_ASSIGN_OR_RETURN(r.submission.prompt_ids, EncodeChatPrompt(*model.tokenizer, prompt));
+  // vision.md §3: the images expand their placeholders first, so the budget and usage count the
+  // spans' positions.
+  DSV41_RETURN_IF_ERROR(AttachImages(prompt.images, model.images, r.submission));
   DSV41_ASSIGN_OR_RETURN(
       r.submission.params.max_tokens,
       OutputBudget(static_cast<int64_t>(r.submission.prompt_ids.size()), budget.max_tokens, model,
@@ -633,12 +638,17 @@ std::unique_ptr<ResponseWriter> MakeCompletionsWriter(const GenerationRequest& r
 JsonValue ModelsResponse(const ServedModel& model) {
   JsonValue data = JsonArray();
   for (const std::string& name : model.names) {
-    data.Push(JsonObject({{"id", JsonString(name)},
-                          {"object", JsonString("model")},
-                          {"created", JsonInt(model.created)},
-                          {"owned_by", JsonString("dsv41")},
-                          {"root", JsonString(model.names.front())},
-                          {"max_model_len", JsonInt(model.max_model_len)}}));
+    data.Push(
+        JsonObject({{"id", JsonString(name)},
+                    {"object", JsonString("model")},
+                    {"created", JsonInt(model.created)},
+                    {"owned_by", JsonString("dsv41")},
+                    {"root", JsonString(model.names.front())},
+                    {"max_model_len", JsonInt(model.max_model_len)},
+                    {"vision", JsonBool(model.images.enabled)},
+                    {"input_modalities", model.images.enabled
+                                             ? JsonArray({JsonString("text"), JsonString("image")})
+                                             : JsonArray({JsonString("text")})}}));
   }
   return JsonObject({{"object", JsonString("list")}, {"data", std::move(data)}});
 }

@@ -38,9 +38,13 @@ Result<std::string> PartsText(const JsonValue& content, const std::string& field
                                   part_field.c_str());
     }
     const char* text_key = *type == "refusal" ? "refusal" : "text";
-    if (*type == "input_image" || *type == "input_file" || *type == "input_audio") {
-      return InvalidArgumentError("%s: %s content is not supported (text-only deployment)",
-                                  part_field.c_str(), type->c_str());
+    if (*type == "input_image") {
+      return InvalidArgumentError("%s: images belong to user messages (vision.md §3.4)",
+                                  part_field.c_str());
+    }
+    if (*type == "input_file" || *type == "input_audio") {
+      return InvalidArgumentError("%s: %s content is not supported", part_field.c_str(),
+                                  type->c_str());
     }
     if (*type != "input_text" && *type != "output_text" && *type != "text" && *type != "refusal" &&
         *type != "summary_text" && *type != "reasoning_text") {
@@ -55,6 +59,46 @@ Result<std::string> PartsText(const JsonValue& content, const std::string& field
     joined += *text;
   }
   return joined;
+}
+
+// A user message's content for the chat request: its text (PartsText), or, when it holds
+// input_image parts, chat parts in order — text parts and image_url parts, each image naming its
+// input field for errors (vision.md §3.1).
+Result<JsonValue> UserContent(const JsonValue& content, const std::string& field) {
+  bool has_image = false;
+  if (content.is_array()) {
+    for (const JsonValue& part : content.array) {
+      Result<std::optional<std::string>> type = TypeOf(part);
+      has_image = has_image || (type.ok() && *type == "input_image");
+    }
+  }
+  if (!has_image) {
+    DSV41_ASSIGN_OR_RETURN(std::string text, PartsText(content, field));
+    return JsonString(std::move(text));
+  }
+  JsonValue parts = JsonArray();
+  for (size_t p = 0; p < content.array.size(); ++p) {
+    const JsonValue& part = content.array[p];
+    const std::string part_field = StrFormat("%s[%zu]", field.c_str(), p);
+    DSV41_ASSIGN_OR_RETURN(std::optional<std::string> type, TypeOf(part));
+    if (type != "input_image") {
+      DSV41_ASSIGN_OR_RETURN(std::string text, PartsText(JsonArray({part}), part_field));
+      parts.Push(JsonObject({{"type", JsonString("text")}, {"text", JsonString(text)}}));
+      continue;
+    }
+    const JsonValue* url = FieldOrNull(part, "image_url");
+    if (url != nullptr && url->is_object()) url = FieldOrNull(*url, "url");
+    if (url == nullptr || !url->is_string()) {
+      return InvalidArgumentError(
+          "%s.image_url: an input_image needs an image_url (a data: URL; file_id is not "
+          "supported)",
+          part_field.c_str());
+    }
+    parts.Push(JsonObject({{"type", JsonString("image_url")},
+                           {"image_url", JsonObject({{"url", *url}})},
+                           {"dsv41_field", JsonString(part_field)}}));
+  }
+  return parts;
 }
 
 // Joins the texts of an optional parts array (reasoning content / summary).
@@ -102,6 +146,13 @@ class ChatMessagesBuilder {
     const JsonValue* content = FieldOrNull(item, "content");
     if (content == nullptr) {
       return InvalidArgumentError("%s.content: is required", field.c_str());
+    }
+    if (r == "user") {
+      DSV41_ASSIGN_OR_RETURN(JsonValue parts, UserContent(*content, field + ".content"));
+      pending_reasoning_.reset();
+      messages_.Push(JsonObject({{"role", JsonString(r)}, {"content", std::move(parts)}}));
+      assistant_open_ = false;
+      return OkStatus();
     }
     DSV41_ASSIGN_OR_RETURN(std::string text, PartsText(*content, field + ".content"));
     if (r != "assistant") {

@@ -122,6 +122,7 @@ Result<uint64_t> ScriptedBackend::AddRequest(std::vector<int32_t> prompt_ids,
   prompt_tokens_ += prompt_ids.size();
   last_prompt_ = std::move(prompt_ids);
   last_params_ = params;
+  last_images_ = options.images;
   ++num_added_;
   ++num_live_;
   return id;

@@ -61,6 +61,8 @@ class ScriptedBackend final : public GenerationBackend {
   // The last request's prompt and parameters.
   const std::vector<int32_t>& last_prompt() const { return last_prompt_; }
   const SamplingParams& last_params() const { return last_params_; }
+  // The images of the last request added (their spans, plans and canvases).
+  const std::vector<RequestImage>& last_images() const { return last_images_; }
 
   Result<uint64_t> AddRequest(std::vector<int32_t> prompt_ids, const SamplingParams& params,
                               const AddRequestOptions& options) override;
@@ -100,6 +102,7 @@ class ScriptedBackend final : public GenerationBackend {
   std::vector<RequestOutput> pending_;
   std::vector<int32_t> last_prompt_;
   SamplingParams last_params_;
+  std::vector<RequestImage> last_images_;
   uint64_t generated_ = 0;
   uint64_t prompt_tokens_ = 0;
 };

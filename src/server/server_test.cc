@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/base64.h"
+#include "base/mapped_file.h"
 #include "server/engine_loop.h"
 #include "server/http_client.h"
 #include "server/http_server.h"
@@ -32,6 +34,7 @@
 #include "text/special_tokens.h"
 #include "text/tokenizer.h"
 #include "tiny/synthetic_tokenizer.h"
+#include "vision/image_testing.h"
 
 namespace dsv41 {
 namespace {
@@ -1428,6 +1431,181 @@ TEST(EngineLoopTest, OutputsCarryTheStreamsRequestId) {
   loop.Shutdown(std::chrono::milliseconds(0));
   EXPECT_TRUE(finished);
   EXPECT_EQ(tokens, (std::vector<int32_t>{5, 6}));
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// Image input through the three APIs (vision.md §3) on the scripted backend: the server
+// resolves, decodes and plans each image on the HTTP thread, expands its placeholder to the span
+// and hands the images to the backend; bad images are 400s naming the part and the reason.
+class ServerImageTest : public ServerTest {
+ protected:
+  // tiny-v's plan parameters (goldens/vision/README.md).
+  static constexpr ImagePlanParams kPlan = {
+      .patch_size = 14, .downsample_ratio = 3, .max_image_tokens = 120, .min_pixels = 40000};
+
+  void StartWithImages(bool enabled = true, bool local_files = false) {
+    served_.images.enabled = enabled;
+    served_.images.image_token_id = tokenizer_->IdOf(kImageToken).value_or(-1);
+    served_.images.plan = kPlan;
+    served_.images.allow_local_files = local_files;
+    ASSERT_GE(served_.images.image_token_id, 0);
+    Start(ScriptedBackend::ByteSteps("ok", *tokenizer_));
+  }
+
+  static std::string DataUrl(const std::vector<uint8_t>& bytes) {
+    return "data:image/png;base64," + EncodeBase64(bytes);
+  }
+  static std::string ChatBody(const std::string& url) {
+    return R"({"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": [)"
+           R"({"type": "image_url", "image_url": {"url": ")" +
+           url + R"("}}, {"type": "text", "text": "describe"}]}]})";
+  }
+  static std::string MessagesBody(const std::string& base64) {
+    return R"({"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": [)"
+           R"({"type": "image", "source": {"type": "base64", "media_type": "image/png", )"
+           R"("data": ")" +
+           base64 + R"("}}, {"type": "text", "text": "describe"}]}]})";
+  }
+  static std::string ResponsesBody(const std::string& url) {
+    return R"({"model": "tiny", "max_output_tokens": 2, "input": [{"role": "user", "content": [)"
+           R"({"type": "input_text", "text": "describe"}, {"type": "input_image", )"
+           R"("image_url": ")" +
+           url + R"("}]}]})";
+  }
+
+  // The backend saw one image of `width` × `height` whose span (L image token ids) starts where
+  // the placeholder was, and the response's usage counts the expanded prompt.
+  void ExpectOneImageSpan(int32_t width, int32_t height, int64_t usage_prompt_tokens) {
+    const Result<ImagePlan> plan = PlanImage(width, height, kPlan);
+    ASSERT_TRUE(plan.ok());
+    const std::vector<RequestImage>& images = backend_->last_images();
+    ASSERT_EQ(images.size(), 1u);
+    EXPECT_EQ(images[0].plan.span_length, plan->span_length);
+    EXPECT_EQ(images[0].plan.bw, plan->bw);
+    ASSERT_NE(images[0].canvas, nullptr);
+    EXPECT_EQ(images[0].canvas->size(), static_cast<size_t>(plan->bw) * plan->bh * 3);
+    const std::vector<int32_t>& prompt = backend_->last_prompt();
+    const int32_t image_id = served_.images.image_token_id;
+    EXPECT_EQ(std::count(prompt.begin(), prompt.end(), image_id), plan->span_length);
+    ASSERT_LT(static_cast<size_t>(images[0].span_start), prompt.size());
+    EXPECT_EQ(prompt[images[0].span_start], image_id);
+    EXPECT_NE(prompt[images[0].span_start - 1], image_id);
+    EXPECT_EQ(usage_prompt_tokens, static_cast<int64_t>(prompt.size()));
+  }
+};
+
+TEST_F(ServerImageTest, AnImageThroughEachApiBecomesItsSpan) {
+  StartWithImages();
+  const std::vector<uint8_t> png = SmallPng(100, 60);
+  const HttpResponse chat = Post("/v1/chat/completions", ChatBody(DataUrl(png)));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  ExpectOneImageSpan(100, 60, std::stoll(JsonText(Parse(chat.body), "usage.prompt_tokens")));
+
+  const HttpResponse messages = Post("/v1/messages", MessagesBody(EncodeBase64(png)));
+  ASSERT_EQ(messages.status, 200) << messages.body;
+  ExpectOneImageSpan(100, 60, std::stoll(JsonText(Parse(messages.body), "usage.input_tokens")));
+
+  const std::vector<uint8_t> jpeg = SmallJpeg(300, 220);
+  const HttpResponse responses = Post("/v1/responses", ResponsesBody(DataUrl(jpeg)));
+  ASSERT_EQ(responses.status, 200) << responses.body;
+  ExpectOneImageSpan(300, 220, std::stoll(JsonText(Parse(responses.body), "usage.input_tokens")));
+
+  const JsonValue models = Parse(Get("/v1/models").body);
+  ASSERT_NE(JsonAt(models, "data.0.vision"), nullptr);
+  EXPECT_TRUE(JsonAt(models, "data.0.vision")->bool_value);
+  EXPECT_EQ(JsonText(models, "data.0.input_modalities.1"), "image");
+  EXPECT_NE(Get("/metrics").body.find("dsv41_images_encoded_total"), std::string::npos);
+}
+
+// Issue 21's bad images through both chat APIs: a 400 naming the part and the reason; the
+// server keeps serving.
+TEST_F(ServerImageTest, BadImagesAre400sNamingThePart) {
+  StartWithImages();
+  for (const BadImageCase& bad : BadImageCases()) {
+    SCOPED_TRACE(bad.name);
+    const HttpResponse chat = Post("/v1/chat/completions", ChatBody(DataUrl(bad.bytes)));
+    EXPECT_EQ(chat.status, 400) << chat.body;
+    const std::string chat_message = JsonText(Parse(chat.body), "error.message");
+    EXPECT_NE(chat_message.find("messages[0].content[0]: "), std::string::npos) << chat_message;
+    EXPECT_NE(chat_message.find(bad.reason), std::string::npos) << chat_message;
+    const HttpResponse messages = Post("/v1/messages", MessagesBody(EncodeBase64(bad.bytes)));
+    EXPECT_EQ(messages.status, 400) << messages.body;
+    const std::string messages_message = JsonText(Parse(messages.body), "error.message");
+    EXPECT_NE(messages_message.find("messages[0].content[0]"), std::string::npos);
+    EXPECT_NE(messages_message.find(bad.reason), std::string::npos) << messages_message;
+  }
+  EXPECT_EQ(Post("/v1/chat/completions", ChatBody(DataUrl(SmallPng(40, 30)))).status, 200);
+}
+
+// §3.5: sources and limits.
+TEST_F(ServerImageTest, SourcesAndLimits) {
+  StartWithImages();
+  const auto error_of = [&](const std::string& path, const std::string& body) {
+    const HttpResponse r = Post(path, body);
+    EXPECT_EQ(r.status, 400) << r.body;
+    return JsonText(Parse(r.body), "error.message");
+  };
+  EXPECT_NE(error_of("/v1/chat/completions", ChatBody("https://example.com/cat.png"))
+                .find("are not fetched"),
+            std::string::npos);
+  EXPECT_NE(error_of("/v1/chat/completions", ChatBody("file:///etc/hostname"))
+                .find("--allow-local-image-files"),
+            std::string::npos);
+  EXPECT_NE(error_of("/v1/chat/completions", ChatBody("data:image/png,abc")).find("base64"),
+            std::string::npos);
+  EXPECT_NE(error_of("/v1/chat/completions", ChatBody("data:image/png;base64,@@@@"))
+                .find("invalid base64"),
+            std::string::npos);
+  std::string many = R"({"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", )"
+                     R"("content": [)";
+  const std::string url = DataUrl(SmallPng(20, 20));
+  for (int i = 0; i < 17; ++i) {
+    many +=
+        std::string(i > 0 ? ", " : "") + R"({"type": "image_url", "image_url": ")" + url + R"("})";
+  }
+  many += "]}]}";
+  EXPECT_NE(error_of("/v1/chat/completions", many)
+                .find("17 images in one request, over the "
+                      "limit of 16"),
+            std::string::npos);
+  EXPECT_NE(error_of("/v1/chat/completions",
+                     R"({"model": "tiny", "messages": [{"role": "system", "content": [{"type":)"
+                     R"( "image_url", "image_url": "x"}]}, {"role": "user", "content": "q"}]})")
+                .find("only allowed in user messages"),
+            std::string::npos);
+}
+
+TEST_F(ServerImageTest, LocalFilesOnlyWhenAllowed) {
+  StartWithImages(/*enabled=*/true, /*local_files=*/true);
+  const std::string path = ::testing::TempDir() + "/dsv41_server_image.png";
+  const std::vector<uint8_t> png = SmallPng(100, 60);
+  ASSERT_TRUE(WriteStringToFile(path, std::string(png.begin(), png.end())).ok());
+  const HttpResponse r = Post("/v1/chat/completions", ChatBody("file://" + path));
+  ASSERT_EQ(r.status, 200) << r.body;
+  ExpectOneImageSpan(100, 60, std::stoll(JsonText(Parse(r.body), "usage.prompt_tokens")));
+}
+
+// A model without a vision tower answers 400 for images on every API, and says so in /v1/models.
+TEST_F(ServerImageTest, ATextOnlyModelRefusesImages) {
+  StartWithImages(/*enabled=*/false);
+  const std::string url = DataUrl(SmallPng(40, 30));
+  const HttpResponse chat = Post("/v1/chat/completions", ChatBody(url));
+  EXPECT_EQ(chat.status, 400);
+  EXPECT_NE(chat.body.find("text-only deployment"), std::string::npos) << chat.body;
+  const HttpResponse messages = Post("/v1/messages", MessagesBody(EncodeBase64(SmallPng(40, 30))));
+  EXPECT_EQ(messages.status, 400);
+  EXPECT_NE(messages.body.find("no vision tower"), std::string::npos) << messages.body;
+  const HttpResponse responses = Post("/v1/responses", ResponsesBody(url));
+  EXPECT_EQ(responses.status, 400);
+  EXPECT_NE(responses.body.find("input[0].content[1]"), std::string::npos) << responses.body;
+  const JsonValue models = Parse(Get("/v1/models").body);
+  ASSERT_NE(JsonAt(models, "data.0.vision"), nullptr);
+  EXPECT_FALSE(JsonAt(models, "data.0.vision")->bool_value);
 }
 
 }  // namespace

@@ -13,8 +13,13 @@ Result<JsonValue> Tokenize(const JsonValue& body, const ServedModel& model) {
   if (!body.is_object()) return InvalidArgumentError("request body: must be a JSON object");
   std::vector<int32_t> ids;
   if (FieldOrNull(body, "messages") != nullptr) {
-    DSV41_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatCompletionsRequest(body));
-    DSV41_ASSIGN_OR_RETURN(ids, EncodeChatPrompt(*model.tokenizer, prompt));
+    DSV41_ASSIGN_OR_RETURN(
+        ChatPrompt prompt,
+        RenderChatCompletionsRequest(body, ChatRequestOptions{.images = model.images.enabled}));
+    Submission submission;
+    DSV41_ASSIGN_OR_RETURN(submission.prompt_ids, EncodeChatPrompt(*model.tokenizer, prompt));
+    DSV41_RETURN_IF_ERROR(AttachImages(prompt.images, model.images, submission));
+    ids = std::move(submission.prompt_ids);
   } else {
     DSV41_ASSIGN_OR_RETURN(std::optional<std::string> prompt, StringField(body, "prompt"));
     if (!prompt.has_value()) return InvalidArgumentError("prompt: is required (or messages)");

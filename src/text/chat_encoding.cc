@@ -103,6 +103,11 @@ class PromptBuilder {
     prompt_.text.append(token);
     prompt_.pieces.push_back({PromptPiece::Kind::kSpecialToken, std::string(token)});
   }
+  // vision.md §3.2: an image part is the placeholder token; its source is listed in order.
+  void Image(const ChatImage& image) {
+    Special(kImageToken);
+    prompt_.images.push_back(image);
+  }
 
   ChatPrompt Finish(ChatMode mode) && {
     prompt_.mode = mode;
@@ -330,6 +335,9 @@ void RenderUserBlocks(const ChatMessage& m, PromptBuilder& out) {
         out.User(block.type);
         out.Template("]");
         break;
+      case ChatBlock::Kind::kImage:
+        out.Image(block.image);
+        break;
     }
   }
 }
@@ -475,7 +483,7 @@ const JsonValue* Member(const JsonValue& object, std::string_view key) {
 
 // Content of a non-user message (or a tool result): a string, null, or text parts joined by
 // "\n\n" (§6.9).
-// The `type` of content part `p`: an object with a string type that is not an image.
+// The `type` of content part `p`: an object with a string type.
 Result<const JsonValue*> ContentPartType(const JsonValue& part, const std::string& field,
                                          size_t p) {
   const JsonValue* type = part.Find("type");
@@ -483,11 +491,29 @@ Result<const JsonValue*> ContentPartType(const JsonValue& part, const std::strin
     return InvalidArgumentError("%s[%zu]: a content part must be an object with a string 'type'",
                                 field.c_str(), p);
   }
-  if (IsImagePartType(type->text)) {
-    return InvalidArgumentError("%s[%zu]: image content is not supported (text-only deployment)",
-                                field.c_str(), p);
-  }
   return type;
+}
+
+// The field an image part's errors name: its own, or the input field a part the Responses
+// endpoint made carries.
+std::string ImagePartField(const JsonValue& part, std::string field) {
+  const JsonValue* named = part.Find("dsv41_field");
+  return named != nullptr && named->is_string() ? named->text : std::move(field);
+}
+
+// vision.md §3.1: an image_url part's url (a string, or an object with a string `url`); an image
+// part without a source is a request error.
+Result<ChatImage> ImagePart(const JsonValue& part, const std::string& field) {
+  ChatImage image;
+  image.field = field;
+  const JsonValue* source = part.Find("image_url");
+  if (source != nullptr && source->is_object()) source = source->Find("url");
+  if (source == nullptr || !source->is_string() || source->text.empty()) {
+    return InvalidArgumentError("%s.image_url: an image part needs a url (a data: URL)",
+                                image.field.c_str());
+  }
+  image.url = source->text;
+  return image;
 }
 
 Result<std::string> JoinedTextContent(const JsonValue* content, const std::string& field) {
@@ -500,6 +526,11 @@ Result<std::string> JoinedTextContent(const JsonValue* content, const std::strin
   for (size_t p = 0; p < content->array.size(); ++p) {
     const JsonValue& part = content->array[p];
     DSV41_ASSIGN_OR_RETURN(const JsonValue* type, ContentPartType(part, field, p));
+    if (IsImagePartType(type->text)) {
+      return InvalidArgumentError(
+          "%s[%zu]: image parts are only allowed in user messages (vision.md §3.4)", field.c_str(),
+          p);
+    }
     const JsonValue* text = part.Find("text");
     if (type->text != "text" || text == nullptr || !text->is_string()) {
       return InvalidArgumentError("%s[%zu]: unsupported content part type '%s' (want text)",
@@ -511,10 +542,10 @@ Result<std::string> JoinedTextContent(const JsonValue* content, const std::strin
   return joined;
 }
 
-// User content: one text block per string or text part; other part types render
-// "[Unsupported <type>]" (release behaviour), images are refused.
-Result<std::vector<ChatBlock>> UserContentBlocks(const JsonValue* content,
-                                                 const std::string& field) {
+// User content: one text block per string or text part, one image block per image part; other
+// part types render "[Unsupported <type>]" (release behaviour).
+Result<std::vector<ChatBlock>> UserContentBlocks(const JsonValue* content, const std::string& field,
+                                                 bool images) {
   std::vector<ChatBlock> blocks;
   if (content == nullptr) {
     blocks.push_back({ChatBlock::Kind::kText, "", "", ""});
@@ -536,6 +567,14 @@ Result<std::vector<ChatBlock>> UserContentBlocks(const JsonValue* content,
         return InvalidArgumentError("%s[%zu].text: must be a string", field.c_str(), p);
       }
       blocks.push_back({ChatBlock::Kind::kText, text->text, "", ""});
+    } else if (IsImagePartType(type->text)) {
+      const std::string part_field = ImagePartField(part, StrFormat("%s[%zu]", field.c_str(), p));
+      if (!images) {
+        return InvalidArgumentError("%s: image content is not supported (text-only deployment)",
+                                    part_field.c_str());
+      }
+      DSV41_ASSIGN_OR_RETURN(ChatImage image, ImagePart(part, part_field));
+      blocks.push_back({ChatBlock::Kind::kImage, "", "", "", std::move(image)});
     } else {
       blocks.push_back({ChatBlock::Kind::kUnsupported, "", "", type->text});
     }
@@ -576,7 +615,7 @@ Result<ChatToolCall> MapToolCall(const JsonValue& call, const std::string& field
   return out;
 }
 
-Result<ChatMessage> MapMessage(const JsonValue& message, size_t index) {
+Result<ChatMessage> MapMessage(const JsonValue& message, size_t index, bool images) {
   const std::string field = StrFormat("messages[%zu]", index);
   if (!message.is_object()) return InvalidArgumentError("%s: must be an object", field.c_str());
   const JsonValue* role = Member(message, "role");
@@ -588,7 +627,7 @@ Result<ChatMessage> MapMessage(const JsonValue& message, size_t index) {
   const JsonValue* content = Member(message, "content");
   const std::string content_field = field + ".content";
   if (out.role == "user") {
-    DSV41_ASSIGN_OR_RETURN(out.blocks, UserContentBlocks(content, content_field));
+    DSV41_ASSIGN_OR_RETURN(out.blocks, UserContentBlocks(content, content_field, images));
   } else if (out.role == "system" || out.role == "developer" || out.role == "assistant" ||
              out.role == "tool" || out.role == "latest_reminder") {
     DSV41_ASSIGN_OR_RETURN(out.content, JoinedTextContent(content, content_field));
@@ -639,6 +678,11 @@ Result<bool> OptionalBool(const JsonValue* object, std::string_view key, std::st
 }  // namespace
 
 Result<ChatPrompt> RenderChatCompletionsRequest(const JsonValue& request) {
+  return RenderChatCompletionsRequest(request, ChatRequestOptions{});
+}
+
+Result<ChatPrompt> RenderChatCompletionsRequest(const JsonValue& request,
+                                                const ChatRequestOptions& request_options) {
   if (!request.is_object()) return InvalidArgumentError("request: must be a JSON object");
   ChatOptions options;
 
@@ -689,7 +733,8 @@ Result<ChatPrompt> RenderChatCompletionsRequest(const JsonValue& request) {
   std::vector<ChatMessage> mapped;
   mapped.reserve(messages->array.size() + 1);
   for (size_t i = 0; i < messages->array.size(); ++i) {
-    DSV41_ASSIGN_OR_RETURN(ChatMessage message, MapMessage(messages->array[i], i));
+    DSV41_ASSIGN_OR_RETURN(ChatMessage message,
+                           MapMessage(messages->array[i], i, request_options.images));
     mapped.push_back(std::move(message));
   }
 

@@ -28,9 +28,21 @@ struct PromptPiece {
   std::string text;
 };
 
+// An image part of a user message (vision.md §3): where its bytes come from, as the request gave
+// it. The frontend resolves, decodes and checks it; the prompt holds the placeholder.
+struct ChatImage {
+  std::string field;       // the part's field, for errors: "messages[0].content[1]"
+  std::string url;         // OpenAI image_url.url, Responses image_url: data:, http(s), file
+  std::string media_type;  // Anthropic base64 source: its media type
+  std::string data;        // and its base64 data
+};
+
 struct ChatPrompt {
   std::string text;                 // the whole prompt, BOS included (pieces concatenated)
   std::vector<PromptPiece> pieces;  // concatenate to `text`; no empty piece
+  // The image parts in prompt order; each rendered as the special piece <｜deepseek_image｜>,
+  // so the k-th image token id of the prompt belongs to images[k].
+  std::vector<ChatImage> images;
   ChatMode mode = ChatMode::kThinking;
   // True when the prompt ends with "<think>": the output parser (§7) starts in REASONING.
   bool ends_in_reasoning = false;
@@ -45,11 +57,12 @@ struct ChatToolCall {
 };
 
 struct ChatBlock {
-  enum class Kind { kText, kToolResult, kUnsupported };
+  enum class Kind { kText, kToolResult, kUnsupported, kImage };
   Kind kind = Kind::kText;
   std::string text;         // kText: the text; kToolResult: the result content (text joined)
   std::string tool_use_id;  // kToolResult
   std::string type;         // kUnsupported: the part type, rendered "[Unsupported <type>]"
+  ChatImage image = {};     // kImage: its source, rendered as the image placeholder
 };
 
 struct ChatMessage {
@@ -71,17 +84,30 @@ struct ChatOptions {
   bool drop_thinking = true;
 };
 
-// Renders messages per §6.2–§6.4 (preprocessing, rendering, transitions, BOS). Errors
-// (InvalidArgument naming the message index and field): an image placeholder literal, an empty
-// developer message, an unknown role or task.
+// Renders messages per §6.2–§6.4 (preprocessing, rendering, transitions, BOS); image blocks of
+// user messages render as the placeholder and are listed in ChatPrompt::images (vision.md §3).
+// Errors (InvalidArgument naming the message index and field): an image placeholder literal
+// in any text, an empty developer message, an unknown role or task.
 Result<ChatPrompt> RenderChatMessages(std::vector<ChatMessage> messages,
                                       const ChatOptions& options);
 
 // Maps an OpenAI /v1/chat/completions body (§6.9) to messages and options: thinking switch,
 // reasoning effort (named or 1..100), drop_thinking, tools / tool_choice, response_format,
-// developer role, text parts, tool calls with string or object arguments. Bad requests (HTTP 400)
-// return InvalidArgument naming the field, e.g. "messages[2].tool_calls[0].function.arguments".
+// developer role, text parts, image_url parts of user messages (a string or {"url": ...}; images
+// in other roles are refused, vision.md §3.4), tool calls with string or object arguments. Bad
+// requests (HTTP 400) return InvalidArgument naming the field, e.g.
+// "messages[2].tool_calls[0].function.arguments".
 Result<ChatPrompt> RenderChatCompletionsRequest(const JsonValue& request);
+
+// What a deployment accepts beyond text.
+struct ChatRequestOptions {
+  // Image parts of user messages render as placeholders (ChatPrompt::images); false, a text-only
+  // deployment, refuses them (tokenizer-and-chat.md §6 rule 1).
+  bool images = false;
+};
+// The same for a deployment that takes `options` (the form above is text-only).
+Result<ChatPrompt> RenderChatCompletionsRequest(const JsonValue& request,
+                                                const ChatRequestOptions& options);
 // The same from the request body text (parsed keeping number spellings' values, §6.5).
 Result<ChatPrompt> RenderChatCompletionsRequestText(std::string_view body);
 

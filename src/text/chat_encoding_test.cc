@@ -452,3 +452,88 @@ TEST(ChatEncodingTest, ToolArgumentsObjectOrStringRenderAlike) {
 
 }  // namespace
 }  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+Result<ChatPrompt> RenderWithImages(const std::string& body) {
+  Result<JsonValue> request = ParseJsonValue(body, "test body");
+  if (!request.ok()) return request.status();
+  return RenderChatCompletionsRequest(*request, ChatRequestOptions{.images = true});
+}
+
+// vision.md §3.2's examples: each image part is the placeholder special token, joined with the
+// user's text blocks by "\n\n"; ChatPrompt::images lists the sources in prompt order.
+TEST(ChatImageTest, ImagePartsRenderAsThePlaceholder) {
+  Result<ChatPrompt> first =
+      RenderWithImages(R"({"thinking":{"type":"disabled"},"messages":[{"role":"user","content":[)"
+                       R"({"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}},)"
+                       R"({"type":"text","text":"describe"}]}]})");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(
+      first->text,
+      "<｜begin▁of▁sentence｜><｜User｜><｜deepseek_image｜>\n\ndescribe<｜Assistant｜></think>");
+  ASSERT_EQ(first->images.size(), 1u);
+  EXPECT_EQ(first->images[0].url, "data:image/png;base64,AA==");
+  EXPECT_EQ(first->images[0].field, "messages[0].content[0]");
+  int placeholders = 0;
+  for (const PromptPiece& piece : first->pieces) {
+    placeholders +=
+        piece.kind == PromptPiece::Kind::kSpecialToken && piece.text == "<｜deepseek_image｜>";
+  }
+  EXPECT_EQ(placeholders, 1);
+
+  Result<ChatPrompt> middle = RenderWithImages(
+      R"({"thinking":{"type":"disabled"},"messages":[{"role":"user","content":[)"
+      R"({"type":"text","text":"before"},{"type":"image_url","image_url":"u1"},)"
+      R"({"type":"text","text":"after"},{"type":"image_url","image_url":{"url":"u2"}}]}]})");
+  ASSERT_TRUE(middle.ok()) << middle.status().ToString();
+  EXPECT_EQ(middle->text,
+            "<｜begin▁of▁sentence｜><｜User｜>before\n\n<｜deepseek_image｜>\n\nafter\n\n"
+            "<｜deepseek_image｜><｜Assistant｜></think>");
+  ASSERT_EQ(middle->images.size(), 2u);
+  EXPECT_EQ(middle->images[0].url, "u1");
+  EXPECT_EQ(middle->images[1].url, "u2");
+  EXPECT_EQ(middle->images[1].field, "messages[0].content[3]");
+  // Thinking mode: only the usual system prefix and the trailing <think> change.
+  Result<ChatPrompt> thinking = RenderWithImages(
+      R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":"u"}]}]})");
+  ASSERT_TRUE(thinking.ok());
+  EXPECT_TRUE(thinking->text.ends_with("<｜User｜><｜deepseek_image｜><｜Assistant｜><think>"))
+      << thinking->text;
+}
+
+// §3.1, §3.4: images outside user messages, an image part without a source, a typed placeholder
+// literal, and any image part in a text-only deployment are request errors naming the part.
+TEST(ChatImageTest, MisplacedOrSourcelessImagesAreRefused) {
+  const struct {
+    const char* body;
+    const char* want;
+  } cases[] = {
+      {R"({"messages":[{"role":"system","content":[{"type":"image_url","image_url":"u"}]},)"
+       R"({"role":"user","content":"q"}]})",
+       "messages[0].content[0]: image parts are only allowed in user messages"},
+      {R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[)"
+       R"({"type":"image_url","image_url":"u"}]}]})",
+       "messages[1].content[0]: image parts are only allowed in user messages"},
+      {R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+       "messages[0].content[0].image_url: an image part needs a url"},
+      {R"({"messages":[{"role":"user","content":[{"type":"image"}]}]})",
+       "messages[0].content[0].image_url: an image part needs a url"},
+      {R"({"messages":[{"role":"user","content":[{"type":"text","text":"<｜deepseek_image｜>"}]}]})",
+       "messages[0].content: contains the image placeholder"},
+  };
+  for (const auto& c : cases) {
+    Result<ChatPrompt> prompt = RenderWithImages(c.body);
+    ASSERT_FALSE(prompt.ok()) << c.body;
+    EXPECT_NE(prompt.status().message().find(c.want), std::string::npos)
+        << prompt.status().message();
+  }
+  Result<ChatPrompt> text_only = RenderChatCompletionsRequestText(
+      R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":"u"}]}]})");
+  ASSERT_FALSE(text_only.ok());
+  EXPECT_NE(text_only.status().message().find("text-only deployment"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dsv41
