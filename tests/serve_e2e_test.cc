@@ -19,12 +19,14 @@
 #include <thread>
 #include <vector>
 
+#include "base/base64.h"
 #include "serve_process.h"
 #include "server/http_client.h"
 #include "server/json_path.h"
 #include "text/json_format.h"
 #include "tiny/tiny_checkpoint.h"
 #include "tiny/tiny_presets.h"
+#include "vision/image_testing.h"
 
 namespace dsv41 {
 namespace {
@@ -555,6 +557,64 @@ TEST_F(ServeE2eTest, ASecondServerOnAPortInUseExitsOneAndTheFirstKeepsServing) {
   const JsonValue reply =
       PostOk("/v1/completions", R"({"prompt": "go", "max_tokens": 3, "ignore_eos": true})");
   EXPECT_EQ(JsonText(reply, "object"), "text_completion");
+}
+
+}  // namespace
+}  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// Issue 21 over HTTP on the tiny preset's tower: an image request is encoded by the engine
+// (/metrics counts it and the tower's time), the same image again hits the prefix cache over its
+// span and gives the same tokens, another image of the same size does not hit the span's blocks;
+// a bad image is a 400 and the server serves on.
+TEST_F(ServeE2eTest, ImagesAreEncodedCachedByContentAndCounted) {
+  const int block = 16;
+  Serve({"--block-size", std::to_string(block)});
+  const auto body = [](const std::vector<uint8_t>& png) {
+    // Chat mode: the span starts at position 2, in the first block; the text after it is long
+    // enough that a prefix hit covers the whole span.
+    return R"({"model": "tiny", "temperature": 0, "max_tokens": 6, "ignore_eos": true,)"
+           R"( "chat_template_kwargs": {"thinking": false},)"
+           R"( "messages": [{"role": "user", "content": [{"type": "image_url", "image_url":)"
+           R"( {"url": "data:image/png;base64,)" +
+           EncodeBase64(png) +
+           R"("}}, {"type": "text", "text": "what is this? describe it in detail, with its)"
+           R"( colours, its shapes and everything else you can see in the picture"}]}]})";
+  };
+  const std::vector<uint8_t> image = SmallPng(100, 60);
+  PngSpec other_spec = MakePngSpec(100, 60, 2);
+  std::vector<uint8_t> pixels = TestPattern(100, 60, 3, 5);
+  pixels[0] ^= 1;  // one pixel of SmallPng's pattern changed
+  other_spec.samples.assign(pixels.begin(), pixels.end());
+  const std::vector<uint8_t> other = EncodePng(other_spec);
+
+  const JsonValue first = PostOk("/v1/chat/completions", body(image));
+  const JsonValue again = PostOk("/v1/chat/completions", body(image));
+  const JsonValue changed = PostOk("/v1/chat/completions", body(other));
+  const int64_t prompt = JsonInteger(first, "usage.prompt_tokens").value_or(0);
+  ASSERT_GT(prompt, 34) << "the span of 34 positions is counted";
+  const int64_t cached =
+      JsonInteger(again, "usage.prompt_tokens_details.cached_tokens").value_or(0);
+  EXPECT_GE(cached, (prompt - 1) / block * block) << "every full block of the prompt hits";
+  EXPECT_EQ(FormatJson(*JsonAt(first, "choices.0.message")),
+            FormatJson(*JsonAt(again, "choices.0.message")));
+  // The span starts a few tokens in, inside the first block: nothing is shared.
+  EXPECT_EQ(JsonInteger(changed, "usage.prompt_tokens_details.cached_tokens").value_or(-1), 0);
+  const std::string metrics = IdleMetrics();
+  EXPECT_EQ(Metric(metrics, "dsv41_images_encoded_total"), 2)
+      << "the cached image is not re-encoded";
+  EXPECT_GT(Metric(metrics, "dsv41_vision_encode_seconds_total"), 0);
+  EXPECT_EQ(Metric(metrics, "dsv41_image_span_tokens_total"), 3 * 34);
+
+  HttpClient c = Client();
+  std::vector<uint8_t> truncated(image.begin(), image.begin() + image.size() / 2);
+  Result<HttpResponse> bad = c.Post("/v1/chat/completions", body(truncated));
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("PNG: truncated data"), std::string::npos) << bad->body;
+  PostOk("/v1/chat/completions", body(image));
 }
 
 }  // namespace

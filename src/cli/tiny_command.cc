@@ -25,6 +25,7 @@ struct TinyFlags {
   std::optional<int32_t> layers, hidden, vocab, window, experts, experts_per_tok, topk;
   std::optional<int32_t> candidate_source, candidate_blocks, candidate_block_size, dspark_stages;
   std::optional<int32_t> engram_heads, engram_ngram;
+  std::optional<int32_t> vision_layers, vision_hidden;
   std::optional<int64_t> engram_prime_start, max_positions;
   std::optional<double> engram_gib;
   std::optional<std::vector<int32_t>> ratios, kv_sources, index_sources, engram_layers,
@@ -65,6 +66,9 @@ int RunTiny(const TinyFlags& flags) {
   Override(flags.index_sources, c.index_source_layer_ids);
   Override(flags.engram_layers, c.engram_layer_ids);
   Override(flags.dspark_targets, c.dspark_target_layer_ids);
+  Override(flags.vision_layers, c.vision.num_hidden_layers);
+  Override(flags.vision_hidden, c.vision.hidden_size);
+  if (!c.vision.has_tower()) c.vision = VisionConfig{};  // a text-only checkpoint
   if (flags.max_positions) {
     if (*flags.max_positions < c.compress_yarn.factor) {
       std::fprintf(stderr, "dsv41 tiny: --max-position-embeddings %lld: want >= %g\n",
@@ -77,9 +81,10 @@ int RunTiny(const TinyFlags& flags) {
         static_cast<int64_t>(static_cast<double>(*flags.max_positions) / c.compress_yarn.factor);
   }
   Override(flags.moe_intermediate, c.moe_intermediate_size);
-  if (flags.format) spec.format = *flags.format == "strict" ? TinySpec::Format::kStrict
-                                                             : TinySpec::Format::kSimple;
-  if (flags.scale_dtype) spec.scale_dtype = *flags.scale_dtype == "u8" ? DType::kU8 : DType::kF8E8M0;
+  if (flags.format)
+    spec.format = *flags.format == "strict" ? TinySpec::Format::kStrict : TinySpec::Format::kSimple;
+  if (flags.scale_dtype)
+    spec.scale_dtype = *flags.scale_dtype == "u8" ? DType::kU8 : DType::kF8E8M0;
   if (flags.bf16) MakeUnquantized(c);
   if (flags.engram_gib) {
     const Status s = SetEngramTableGib(c, *flags.engram_gib);
@@ -112,9 +117,10 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("-o,--out", flags->out, "directory to write (created)")->required();
   sub.add_option("--preset", flags->preset, "one of: " + presets);
   sub.add_flag("--bf16", flags->bf16, "unquantised BF16 weights (no .scale tensors)");
-  sub.add_option("--format", flags->format,
-                 "simple, or strict: the released format where the presets simplify (a gain per "
-                 "32x32 tile, distinct FP4 nibbles, experts in shards apart; tiny-strict's default)")
+  sub.add_option(
+         "--format", flags->format,
+         "simple, or strict: the released format where the presets simplify (a gain per "
+         "32x32 tile, distinct FP4 nibbles, experts in shards apart; tiny-strict's default)")
       ->check(CLI::IsMember({"simple", "strict"}));
   sub.add_option("--scale-dtype", flags->scale_dtype,
                  "dtype of the .scale tensors: e8m0 (F8_E8M0, as released) or u8 (same bytes)")
@@ -148,6 +154,9 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("--engram-gib", flags->engram_gib,
                  "total size of the Engram tables in GiB (sets engram_vocab_size; flash: 8)");
   sub.add_option("--dspark-stages", flags->dspark_stages, "num_nextn_predict_layers");
+  sub.add_option("--vision-layers", flags->vision_layers,
+                 "vision_config.num_hidden_layers (0: no vision tower, a text-only checkpoint)");
+  sub.add_option("--vision-hidden", flags->vision_hidden, "vision_config.hidden_size");
   sub.add_option("--dspark-targets", flags->dspark_targets, "dspark_target_layer_ids")
       ->delimiter(',');
   return [flags] { return RunTiny(*flags); };

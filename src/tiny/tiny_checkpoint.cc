@@ -48,6 +48,10 @@ ValueRule RuleFor(std::string_view name, const Shape& logical_shape) {
   if (EndsWith(name, "gate.bias") || EndsWith(name, "gate.bias_vl")) return {0.0f, 0.01f};
   if (name == "embed.weight" || EndsWith(name, "markov_head.embed.weight")) return {0.0f, 1.0f};
   if (name.substr(0, 6) == "image_") return {0.0f, 0.1f};
+  // The tower's biases (vision.md §2): small, so the rows stay near unit scale.
+  if ((name.starts_with("vision.") || name.starts_with("aligner.")) && EndsWith(name, ".bias")) {
+    return {0.0f, 0.02f};
+  }
   if (EndsWith(name, "engram.embed.weight")) return {0.0f, 1.0f};
   return {0.0f, unit_variance};
 }
@@ -100,7 +104,8 @@ void ApplyStrictTileGains(uint64_t seed, std::string_view name, int64_t rows, in
   SplitMix64 rng(StreamSeed(seed, std::string(name) + "#tile-gains"));
   const int tensor_exponent = static_cast<int>(rng.NextBelow(21)) - 10;
   const int64_t tiles_per_row = (cols + tile_cols - 1) / tile_cols;
-  std::vector<int> exponents(static_cast<size_t>((rows + tile_rows - 1) / tile_rows * tiles_per_row));
+  std::vector<int> exponents(
+      static_cast<size_t>((rows + tile_rows - 1) / tile_rows * tiles_per_row));
   for (int& e : exponents) e = tensor_exponent + static_cast<int>(rng.NextBelow(9)) - 4;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
@@ -238,9 +243,11 @@ Status WriteBulk(uint64_t seed, const TensorSpec& stored, const TensorSpec& weig
   return Status();
 }
 
-// The inventory plus the release's image tensors (ignored by the text engine but present).
+// The inventory (with a vision tower: its tensors, vision.md §2) plus, without one, the release's
+// image tensors (ignored by a text-only model but present in the release).
 std::vector<TensorSpec> TensorsToWrite(const ModelConfig& config, const LayerPlan& plan) {
   std::vector<TensorSpec> specs = ExpectedTensors(config, plan, InventoryOptions{});
+  if (config.vision.has_tower()) return specs;
   for (const char* name : {"image_start", "image_end", "image_newline"}) {
     specs.push_back(TensorSpec{name, DType::kBF16, Shape{config.hidden_size}});
   }
@@ -324,9 +331,8 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
   const LayerPlan plan = PlanLayers(config);
   std::vector<TensorSpec> specs = TensorsToWrite(config, plan);
   if (spec.format == TinySpec::Format::kStrict) {
-    std::stable_partition(specs.begin(), specs.end(), [](const TensorSpec& t) {
-      return !Contains(t.name, ".ffn.experts.");
-    });
+    std::stable_partition(specs.begin(), specs.end(),
+                          [](const TensorSpec& t) { return !Contains(t.name, ".ffn.experts."); });
   }
 
   std::error_code ec;
@@ -338,15 +344,13 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
   if (spec.num_shards <= 1) {
     SafetensorsWriter writer;
     writer.SetMetadata("format", "pt");
-    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes,
-                           AddTensors(specs, spec, writer));
+    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes, AddTensors(specs, spec, writer));
     DSV41_RETURN_IF_ERROR(writer.Write((root / kSingleFileCheckpoint).string()));
   } else {
     ShardedCheckpointWriter writer(
         dir, ShardingOptions{.num_shards = static_cast<size_t>(spec.num_shards)});
     writer.SetShardMetadata("format", "pt");
-    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes,
-                           AddTensors(specs, spec, writer));
+    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes, AddTensors(specs, spec, writer));
     DSV41_RETURN_IF_ERROR(writer.Finish(progress));
   }
 

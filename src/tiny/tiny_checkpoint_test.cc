@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/engram_primes.h"
 #include "engram/token_map.h"
+#include "model/vision_tower.h"
 #include "model/weights.h"
 #include "numerics/block_quant.h"
 #include "numerics/codecs.h"
@@ -200,6 +201,39 @@ TEST(TinyCheckpointTest, ConfigAgreesWithItsTokenizerAndPrimes) {
   ASSERT_TRUE(weights.ok());
   EXPECT_EQ(weights->Get("layers.4.engram.embed.weight")->shape, (Shape{410, 32}));
   EXPECT_EQ(weights->Get("layers.4.engram.embed.scale")->shape, (Shape{410, 1}));
+}
+
+// Issue 21: the tiny presets carry a small vision tower under the released names (vision.md §2),
+// which the loader checks and the tower loads; with no tower layers the checkpoint is text-only
+// and keeps the release's three image_* rows.
+TEST(TinyCheckpointTest, PresetsCarryAVisionTowerWithTheReleasedNames) {
+  const std::string dir = TempDir("vision");
+  Result<TinyCheckpointSummary> summary = WritePreset("tiny", dir);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_TRUE(summary->config.vision.has_tower());
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  const VisionConfig& v = weights->config().vision;
+  EXPECT_EQ(weights->Get("vision.patch_embed.proj.weight")->shape,
+            (Shape{v.hidden_size, v.patch_values()}));
+  EXPECT_EQ(weights->Get("vision.blocks.1.mlp.w1.weight")->shape,
+            (Shape{2 * v.intermediate_size, v.hidden_size}));
+  EXPECT_EQ(weights->Get("aligner.w1.weight")->shape,
+            (Shape{summary->config.hidden_size,
+                   v.downsample_ratio * v.downsample_ratio * v.hidden_size}));
+  EXPECT_EQ(weights->Get("image_newline")->dtype, DType::kBF16);
+  EXPECT_TRUE(VisionTower::Load(*weights).ok());
+
+  Result<TinySpec> spec = TinyPreset("tiny");
+  ASSERT_TRUE(spec.ok());
+  spec->config.vision = VisionConfig{};
+  const std::string text_dir = TempDir("text_only");
+  ASSERT_TRUE(WriteTinyCheckpoint(*spec, text_dir).ok());
+  Result<ModelWeights> text_only = ModelWeights::Load(text_dir);
+  ASSERT_TRUE(text_only.ok());
+  EXPECT_FALSE(text_only->config().vision.has_tower());
+  EXPECT_TRUE(text_only->Get("image_start").ok());
+  EXPECT_FALSE(text_only->Get("vision.norm.weight").ok());
 }
 
 TEST(TinyCheckpointTest, Bf16PresetHasNoScalesButTheEngramTables) {

@@ -59,6 +59,16 @@ ModelConfig TinyConfig() {
   c.dspark_n_routed_experts = 4;
   c.dspark_num_experts_per_tok = 2;
   c.quantization = ReleasedConfig().quantization;
+  // A small vision tower with the released tensor names (vision.md §1, §2): tiny-v's sizes.
+  c.vision = VisionConfig{.num_hidden_layers = 2,
+                          .hidden_size = 64,
+                          .num_attention_heads = 4,
+                          .intermediate_size = 128,
+                          .patch_size = 14,
+                          .rope_theta = 10000.0,
+                          .downsample_ratio = 3,
+                          .max_image_tokens = 120,
+                          .min_pixels = 40000};
   // Filled in by the writer from the tokenizer it generates: engram_num_embeddings (primes),
   // engram_compressed_vocab_size (token map), dspark_noise_token_id.
   return c;
@@ -90,6 +100,12 @@ ModelConfig SmallConfig() {
   c.dspark_markov_rank = 64;
   c.dspark_n_routed_experts = 16;
   c.dspark_num_experts_per_tok = 3;
+  // A quarter of the released tower's width, an eighth of its depth, a quarter of its span.
+  c.vision.num_hidden_layers = 4;
+  c.vision.hidden_size = 256;
+  c.vision.num_attention_heads = 4;
+  c.vision.intermediate_size = 704;
+  c.vision.max_image_tokens = 256;
   return c;
 }
 
@@ -132,7 +148,9 @@ Status SetEngramTableGib(ModelConfig& config, double gib) {
 
 void MakeUnquantized(ModelConfig& config) { config.quantization = QuantizationConfig{}; }
 
-std::vector<std::string_view> TinyPresetNames() { return {"tiny", "tiny-bf16", "tiny-strict", "small", "flash"}; }
+std::vector<std::string_view> TinyPresetNames() {
+  return {"tiny", "tiny-bf16", "tiny-strict", "small", "flash"};
+}
 
 Result<TinySpec> TinyPreset(std::string_view name) {
   TinySpec spec;

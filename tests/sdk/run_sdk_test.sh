@@ -19,6 +19,8 @@ start_serve "$work/serve.log" "$work/model" --served-model-name tiny --api-key t
   --max-num-seqs 2 --max-queue 0 -t 2
 
 status=0
+# The image tests send a vision golden's image (issue 21).
+DSV41_TEST_IMAGE="$here/../../../shared/goldens/vision/images/grad_100x60.png" \
 DSV41_BASE_URL="http://127.0.0.1:$port" DSV41_API_KEY=test-key NODE_PATH="$npm_dir/node_modules" \
   node --test-reporter=spec --test "$here/sdk_test.cjs" || status=$?
 stop_serve "$work/serve.log"

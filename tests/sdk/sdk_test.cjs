@@ -262,3 +262,79 @@ test('a full server answers 429 (OpenAI) and 529 (Anthropic) at once', async () 
   }
   assert.ok(served);
 });
+
+// Issue 21: images through the official clients (vision.md §3). The tiny preset's tower plans the
+// golden grad_100x60.png (goldens/vision, c1_grad) to a span of 34 positions.
+const fs = require('node:fs');
+const imageBase64 = fs.readFileSync(process.env.DSV41_TEST_IMAGE).toString('base64');
+const imageUrl = `data:image/png;base64,${imageBase64}`;
+const kSpanLength = 34;
+
+test('images: chat image_url, Anthropic image blocks and Responses input_image agree', async () => {
+  const page = await openai.models.list();
+  assert.equal(page.data[0].vision, true);
+  assert.deepEqual(page.data[0].input_modalities, ['text', 'image']);
+
+  const part = { type: 'image_url', image_url: { url: imageUrl } };
+  const one = await openai.chat.completions.create({
+    model, temperature: 0, max_tokens: 4,
+    messages: [{ role: 'user', content: [part, { type: 'text', text: 'describe' }] }],
+  });
+  assert.equal(one.object, 'chat.completion');
+  assert.ok(one.usage.completion_tokens >= 1);
+  // A second image adds its span and the "\n\n" joining it to the next block.
+  const two = await openai.chat.completions.create({
+    model, temperature: 0, max_tokens: 4,
+    messages: [{ role: 'user', content: [part, part, { type: 'text', text: 'describe' }] }],
+  });
+  const separator = await fetch(`${baseURL}/tokenize`, {
+    method: 'POST', headers: { Authorization: `Bearer ${apiKey}` },
+    body: JSON.stringify({ prompt: '\n\n', add_special_tokens: false }),
+  }).then((r) => r.json());
+  assert.equal(two.usage.prompt_tokens - one.usage.prompt_tokens, kSpanLength + separator.count);
+
+  const message = await anthropic.messages.create({
+    model, max_tokens: 4,
+    messages: [{ role: 'user', content: [
+      { type: 'image', source: { type: 'base64', media_type: 'image/png', data: imageBase64 } },
+      { type: 'text', text: 'describe' }] }],
+  });
+  assert.equal(message.type, 'message');
+  assert.equal(message.usage.input_tokens + message.usage.cache_read_input_tokens,
+               one.usage.prompt_tokens);
+
+  const response = await openai.responses.create({
+    model, max_output_tokens: 4,
+    input: [{ role: 'user', content: [
+      { type: 'input_image', image_url: imageUrl }, { type: 'input_text', text: 'describe' }] }],
+  });
+  assert.equal(response.object, 'response');
+  assert.equal(response.usage.input_tokens, one.usage.prompt_tokens);
+});
+
+test('images: a bad image is a typed 400 naming the part, and the server serves on', async () => {
+  const bad = `data:image/png;base64,${imageBase64.slice(0, imageBase64.length / 2)}`;
+  await assert.rejects(
+    openai.chat.completions.create({
+      model, max_tokens: 2,
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: bad } }] }],
+    }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 &&
+      /messages\[0\]\.content\[0\]: PNG: truncated data/.test(e.message));
+  await assert.rejects(
+    anthropic.messages.create({
+      model, max_tokens: 2,
+      messages: [{ role: 'user', content: [{ type: 'image', source: {
+        type: 'base64', media_type: 'image/gif', data: Buffer.from('GIF89a').toString('base64') } }] }],
+    }),
+    (e) => e instanceof Anthropic.BadRequestError && /GIF images are not supported/.test(e.message));
+  await assert.rejects(
+    openai.chat.completions.create({
+      model, max_tokens: 2,
+      messages: [{ role: 'user', content: [
+        { type: 'image_url', image_url: { url: 'https://example.com/cat.png' } }] }],
+    }),
+    (e) => e instanceof OpenAI.BadRequestError && /not fetched/.test(e.message));
+  const ok = await openai.chat.completions.create({ model, messages, max_tokens: 2 });
+  assert.equal(ok.object, 'chat.completion');
+});
