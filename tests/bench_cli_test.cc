@@ -171,3 +171,39 @@ TEST(BenchCliTest, BadUsageExits2) {
 
 }  // namespace
 }  // namespace dsv41
+
+namespace dsv41 {
+namespace {
+
+// `dsv41 bench --image` (issue 21): one JSON object with the tower's figures, positive, the
+// GFLOP/s consistent with the time, and the released tower's cost per image; a model without a
+// tower exits 1 saying so.
+TEST(BenchCliTest, ImageBenchReportsTheTowerAndTheReleasedCost) {
+  const std::string dir = TinyModel();
+  const std::string image =
+      std::string(DSV41_SHARED_DIR) + "/goldens/vision/images/shapes_300x220.jpg";
+  const RunResult run = RunCommand(kDsv41Binary + " bench --model " + dir + " --image " + image +
+                                   " --repetitions 1 -t 2 --json 2>/dev/null");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  Result<Json> j = ParseJson(run.out, "bench --image");
+  ASSERT_TRUE(j.ok()) << run.out;
+  for (const char* key : {"encode_ms_median", "prepare_ms_median", "images_per_s", "gflops_per_s",
+                          "roof_gflops_per_s", "roof_fraction", "released_gflop_per_image",
+                          "released_seconds_per_image"}) {
+    ASSERT_TRUE(j->contains(key)) << key;
+    EXPECT_GT((*j)[key].get<double>(), 0) << key;
+  }
+  EXPECT_EQ((*j)["span_length"].get<int>(), 56);  // goldens/vision c2_shapes: L = 56
+  EXPECT_NEAR((*j)["images_per_s"].get<double>() * (*j)["encode_ms_median"].get<double>(), 1e3,
+              1.0);
+  const RunResult text_only_tiny =
+      RunCommand(kDsv41Binary + " tiny --vision-layers 0 --out " + dir + "_text");
+  ASSERT_EQ(text_only_tiny.exit_code, 0);
+  const RunResult refused = RunCommand(kDsv41Binary + " bench --model " + dir + "_text --image " +
+                                       image + " --repetitions 1 -t 2 2>&1");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.out.find("no vision tower"), std::string::npos) << refused.out;
+}
+
+}  // namespace
+}  // namespace dsv41

@@ -27,8 +27,10 @@
 #include "base/machine_limits.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/image_flags.h"
 #include "cli/int_list.h"
 #include "engine/bench_engine.h"
+#include "engine/bench_vision.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
 
@@ -44,7 +46,9 @@ struct BenchFlags {
   bool json = false;
   bool cold = false;
   bool oracle = false;  // also measure the verify path with drafts that are always right
+  std::string image;    // measure the vision tower on this image instead of the engine
   EngineFlags engine;
+  ImageFlags image_flags;
 };
 
 std::vector<std::string> SplitList(const std::string& text) {
@@ -251,7 +255,73 @@ void PrintFigures(const EngineBenchOptions& options, const EngineBenchFigures& f
   if (f.oracle) PrintDraftFigures("oracle_", *f.oracle);
 }
 
+// --image: the tower's figures (engine/bench_vision.h), as text or one JSON object.
+int RunVisionBench(const BenchFlags& flags) {
+  Result<Numerics> numerics = ParseNumerics(flags.engine.numerics);
+  if (!numerics.ok()) {
+    std::fprintf(stderr, "dsv41 bench: %s\n", numerics.status().ToString().c_str());
+    return 2;
+  }
+  Result<std::vector<uint8_t>> bytes = ReadImageFile(flags.image);
+  Result<LoadedTextModel> m =
+      bytes.ok() ? LoadedTextModel::Load(flags.model_dir) : Result<LoadedTextModel>(bytes.status());
+  if (!m.ok()) {
+    std::fprintf(stderr, "dsv41 bench: %s\n", m.status().ToString().c_str());
+    return 1;
+  }
+  const int threads = ComputeThreads(flags.engine);
+  ThreadPool pool(threads);
+  PrefaultWeights(*m, pool, flags.engine);
+  const MachineLimits limits = MeasureMachineLimits(pool);
+  Result<VisionBenchFigures> f = RunVisionBench(*m, *bytes, flags.image_flags.decode_options(),
+                                                pool, limits, flags.repetitions, *numerics);
+  if (!f.ok()) {
+    std::fprintf(stderr, "dsv41 bench: image '%s': %s\n", flags.image.c_str(),
+                 f.status().ToString().c_str());
+    return 1;
+  }
+  const VisionConfig& v = m->vision->config();
+  if (flags.json) {
+    OrderedJson j;
+    j["image"] = flags.image;
+    j["threads"] = threads;
+    j["vision_layers"] = v.num_hidden_layers;
+    j["vision_width"] = v.hidden_size;
+    j["patches"] = f->plan.num_patches();
+    j["span_length"] = f->plan.span_length;
+    j["prepare_ms_median"] = f->prepare_seconds * 1e3;
+    j["encode_ms_median"] = f->encode_seconds * 1e3;
+    j["images_per_s"] = f->images_per_second;
+    j["gflops_per_s"] = f->gflops_per_second;
+    j["roof_gflops_per_s"] = limits.compute_roof_flops_per_second() / 1e9;
+    j["roof_fraction"] = f->roof_fraction;
+    j["released_patches"] = f->released_plan.num_patches();
+    j["released_gflop_per_image"] = 2 * f->released_multiply_adds / 1e9;
+    j["released_seconds_per_image"] = f->released_seconds_at_measured_rate;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf(
+      "vision tower: %d layers, width %d, %d heads; %d threads, roof %.1f GFLOP/s\n"
+      "image %d x %d: %lld patches (%d x %d), span of %d positions\n"
+      "decode + plan + letterbox: %.2f ms (median of %d)\n"
+      "tower (patches, ViT, aligner): %.2f ms, %.2f images/s, %.3f GFLOP per image, %.1f GFLOP/s "
+      "(%.1f%% of the roof)\n"
+      "released tower (32 x 1024) on this image: %lld patches, %.1f GFLOP, %.1f s per image at "
+      "%.1f GFLOP/s\n",
+      v.num_hidden_layers, v.hidden_size, v.num_attention_heads, threads,
+      limits.compute_roof_flops_per_second() / 1e9, f->plan.input_w, f->plan.input_h,
+      static_cast<long long>(f->plan.num_patches()), f->plan.patch_cols, f->plan.patch_rows,
+      f->plan.span_length, f->prepare_seconds * 1e3, flags.repetitions, f->encode_seconds * 1e3,
+      f->images_per_second, 2 * f->multiply_adds / 1e9, f->gflops_per_second,
+      100 * f->roof_fraction, static_cast<long long>(f->released_plan.num_patches()),
+      2 * f->released_multiply_adds / 1e9, f->released_seconds_at_measured_rate,
+      f->gflops_per_second);
+  return 0;
+}
+
 int RunBench(const BenchFlags& flags) {
+  if (!flags.image.empty()) return RunVisionBench(flags);
   const std::optional<EngineBenchOptions> options = ToBenchOptions(flags);
   if (!options) return 2;
   Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
@@ -310,7 +380,11 @@ std::function<int()> SetupBench(CLI::App& sub) {
   sub.add_flag("--oracle", flags->oracle,
                "also run the verify path with drafts that are always right (the plain run's "
                "tokens; the drafter's own cost excluded)");
+  sub.add_option("--image", flags->image,
+                 "measure the vision tower on this PNG / JPEG instead: images/s and GFLOP/s "
+                 "against the roof, and the released tower's cost per image");
   AddEngineFlags(sub, flags->engine);
+  AddImageFlags(sub, flags->image_flags);
   return [flags] {
     if (flags->model_dir.empty()) {
       std::fprintf(stderr, "dsv41 bench: --model is required\n");

@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "kernels/activation.h"
+#include "kernels/engram_gate.h"
 #include "model/linear_weight.h"
 #include "model/rope.h"
 #include "model/weights.h"
@@ -72,11 +73,23 @@ void LinearBias(const LinearWeight& w, std::span<const float> bias, std::span<co
   const int64_t out = w.out;
   ctx.pool.ParallelFor(rows, 16, [&](int64_t begin, int64_t end, int) {
     for (int64_t r = begin; r < end; ++r) {
-      float* row = y.data() + r * out;
-      for (int64_t o = 0; o < out; ++o) {
-        row[o] = Bf16Round(bias.empty() ? row[o] : row[o] + bias[static_cast<size_t>(o)]);
+      std::span<float> row = y.subspan(static_cast<size_t>(r * out), static_cast<size_t>(out));
+      if (bias.empty()) {
+        for (float& v : row) v = Bf16Round(v);
+      } else {
+        AddGatedSimd(row, 1.0f, bias);  // bf16(row + fp32(1 · bias)): the fp32 add, rounded
       }
     }
+  });
+}
+
+// x = bf16(x + h) over [rows, d] (§13.2 "Residual adds"), split over the pool.
+void AddResidual(std::span<float> x, std::span<const float> h, int64_t rows, int64_t d,
+                 ExecContext& ctx) {
+  ctx.pool.ParallelFor(rows, 16, [&](int64_t begin, int64_t end, int) {
+    const size_t first = static_cast<size_t>(begin * d);
+    const size_t count = static_cast<size_t>((end - begin) * d);
+    AddGatedSimd(x.subspan(first, count), 1.0f, h.subspan(first, count));
   });
 }
 
@@ -286,7 +299,7 @@ void VisionTower::Block(const VisionBlockWeights& block, std::span<float> x, int
     first += n;
   }
   LinearBias(block.wo, block.wo_bias, o, rows, h, ctx);
-  for (int64_t i = 0; i < rows * d; ++i) x[i] = Bf16Round(x[i] + h[i]);
+  AddResidual(x, h, rows, d, ctx);
   // MLP: x += W2 · bf16(bf16(silu(g)) · u), g and u the bf16 halves of W1 · RMSNorm(x).
   RmsNormRows(x, rows, block.norm2, kVisionNormEps, h);
   std::span<float> gu = ctx.arena.Alloc<float>(rows * 2 * inter);
@@ -302,7 +315,7 @@ void VisionTower::Block(const VisionBlockWeights& block, std::span<float> x, int
     }
   });
   LinearBias(block.w2, {}, act, rows, h, ctx);
-  for (int64_t i = 0; i < rows * d; ++i) x[i] = Bf16Round(x[i] + h[i]);
+  AddResidual(x, h, rows, d, ctx);
 }
 
 void VisionTower::ForwardVit(std::span<const float> patches, std::span<const ImagePlan> plans,
