@@ -6,10 +6,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "cli_runner.h"
+#include "text/tokenizer.h"
 #include "vision/image_testing.h"
 #include "vision/vision_goldens_testing.h"
 
@@ -85,12 +87,6 @@ TEST(VisionCliTest, BadImagesAreRefusedNamingTheImage) {
       << limited.out;
 }
 
-}  // namespace
-}  // namespace dsv41
-
-namespace dsv41 {
-namespace {
-
 // The whole path from the image file: vit_out and aligner_out within vision.md §13.3 of the
 // goldens (the fp32 tower's rows by cosine).
 TEST(VisionCliTest, WritesTowerOutputsWithinTheTowerTolerance) {
@@ -119,12 +115,6 @@ TEST(VisionCliTest, WritesTowerOutputsWithinTheTowerTolerance) {
                                rows.shape[1], 0.999, false, name + " aligner_out vs fp32");
   }
 }
-
-}  // namespace
-}  // namespace dsv41
-
-namespace dsv41 {
-namespace {
 
 std::string IdsOf(const Json& case_json) {
   std::string ids;
@@ -205,6 +195,44 @@ TEST(VisionCliTest, LogitsRefusesMismatchedImages) {
       RunCommand(base + "--ids 0,511 --image-embeddings " + out + "/narrow.npy 2>&1");
   EXPECT_EQ(narrow.exit_code, 1);
   EXPECT_NE(narrow.out.find("want float32 [H, W, 128]"), std::string::npos) << narrow.out;
+}
+
+// `dsv41 run --image` on every golden case: the prompt's placeholder expands to the image's
+// span (the prefill counts the golden T positions) and, under the reference numerics (the
+// oracle's tower bit for bit, README rule 4), the 8 generated tokens are the golden greedy ids,
+// decoded. A placeholder without an image is refused naming the counts.
+TEST(VisionCliTest, RunGeneratesTheGoldenGreedyTokens) {
+  Result<Tokenizer> tokenizer = Tokenizer::Load(kVisionCheckpoint + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  for (const std::string& name : VisionGoldenCases()) {
+    SCOPED_TRACE(name);
+    const Json c = ReadGoldenJson(VisionCaseDir(name) + "/case.json");
+    const std::string out = TempDir("run_" + name);
+    std::ofstream(out + "/prompt.txt") << c["prompt_text"].get<std::string>();
+    const std::string base = kDsv41Binary + " run --model " + kVisionCheckpoint +
+                             " -n 8 -t 2 --numerics reference -p \"$(cat " + out +
+                             "/prompt.txt)\" 2>" + out + "/stderr.txt ";
+    const RunResult run = RunCommand(base + "--image " + kVisionGoldens + "/images/" +
+                                     c["images"][0]["file"].get<std::string>());
+    std::ifstream stderr_file(out + "/stderr.txt");
+    const std::string log((std::istreambuf_iterator<char>(stderr_file)),
+                          std::istreambuf_iterator<char>());
+    ASSERT_EQ(run.exit_code, 0) << log;
+    const std::vector<int32_t> greedy = c["greedy_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(run.out, tokenizer->Decode(greedy) + "\n");
+    EXPECT_NE(log.find("prefill: " + std::to_string(c["T"].get<int>()) + " tokens"),
+              std::string::npos)
+        << log;
+    EXPECT_NE(log.find("decode: 8 tokens"), std::string::npos) << log;
+    if (name != VisionGoldenCases().front()) continue;
+    const RunResult missing = RunCommand(base);
+    EXPECT_EQ(missing.exit_code, 1);
+    std::ifstream missing_file(out + "/stderr.txt");
+    const std::string missing_log((std::istreambuf_iterator<char>(missing_file)),
+                                  std::istreambuf_iterator<char>());
+    EXPECT_NE(missing_log.find("1 image placeholder (token 511) for 0 images"), std::string::npos)
+        << missing_log;
+  }
 }
 
 }  // namespace

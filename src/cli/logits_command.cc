@@ -12,7 +12,6 @@
 
 #include "base/json.h"
 #include "base/npy.h"
-#include "base/sha256.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/image_flags.h"
@@ -65,62 +64,24 @@ Result<std::vector<float>> PromptLogits(const LoadedTextModel& m, const EngineOp
   return logits;
 }
 
-// --image-embeddings FILE.npy: float32 [H, W, hidden] aligner rows of one image.
-Result<RequestImage> ReadImageEmbeddings(const std::string& path, int32_t hidden_size) {
-  DSV41_ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
-  if (array.descr != "<f4" || array.shape.size() != 3 || array.shape[0] < 1 || array.shape[1] < 1 ||
-      array.shape[2] != hidden_size || array.shape[0] > 1 << 16 || array.shape[1] > 1 << 16) {
-    return InvalidArgumentError("%s: want float32 [H, W, %d] image embeddings", path.c_str(),
-                                hidden_size);
-  }
-  RequestImage image;
-  image.plan.token_rows = static_cast<int32_t>(array.shape[0]);
-  image.plan.token_cols = static_cast<int32_t>(array.shape[1]);
-  image.plan.span_length = image.plan.token_rows * (image.plan.token_cols + 1) + 2;
-  image.embeddings = std::make_shared<const std::vector<float>>(array.ToFloat());
-  image.content_key =
-      ImageSpanKey(Sha256Of(std::span<const uint8_t>(
-                       reinterpret_cast<const uint8_t*>(array.data.data()), array.data.size())),
-                   image.plan);
-  return image;
-}
-
-// The images the flags give (files through the whole vision path, or aligner rows), their spans
-// placed in the expanded `ids` (written to --ids-out / --types-out when asked).
+// The images the flags give, placed in the expanded `ids` (written to --ids-out / --types-out
+// when asked).
 Result<std::vector<RequestImage>> PrepareImages(const LogitsFlags& flags, const LoadedTextModel& m,
                                                 std::vector<int32_t>& ids) {
-  std::vector<RequestImage> images;
-  for (const std::string& path : flags.images) {
-    if (m.vision == nullptr) return InvalidArgumentError("--image: the model has no vision tower");
-    DSV41_ASSIGN_OR_RETURN(
-        PreparedImage prepared,
-        PrepareImageFile(path, m.vision->config().plan_params(), flags.image_flags));
-    RequestImage image;
-    image.plan = prepared.plan;
-    image.content_key = ImageSpanKey(prepared.content_sha256, prepared.plan);
-    image.canvas = std::make_shared<const std::vector<uint8_t>>(std::move(prepared.canvas));
-    images.push_back(std::move(image));
-  }
-  for (const std::string& path : flags.image_embeddings) {
-    DSV41_ASSIGN_OR_RETURN(RequestImage image, ReadImageEmbeddings(path, m.config().hidden_size));
-    images.push_back(std::move(image));
-  }
-  std::vector<ImagePlan> plans;
-  for (const RequestImage& image : images) plans.push_back(image.plan);
-  DSV41_ASSIGN_OR_RETURN(ExpandedPrompt expanded,
-                         ExpandImagePlaceholders(ids, m.config().image_token_id, plans));
-  for (size_t k = 0; k < images.size(); ++k) images[k].span_start = expanded.span_starts[k];
-  const int64_t shape[] = {static_cast<int64_t>(expanded.ids.size())};
+  DSV41_ASSIGN_OR_RETURN(
+      ImageFilePrompt prompt,
+      AttachImageFiles(m, flags.images, flags.image_embeddings, flags.image_flags, ids));
+  const int64_t shape[] = {static_cast<int64_t>(prompt.expanded.ids.size())};
   if (!flags.ids_out.empty()) {
-    const std::vector<int64_t> values(expanded.ids.begin(), expanded.ids.end());
+    const std::vector<int64_t> values(prompt.expanded.ids.begin(), prompt.expanded.ids.end());
     DSV41_RETURN_IF_ERROR(WriteNpyInt64(flags.ids_out, values, shape));
   }
   if (!flags.types_out.empty()) {
-    const std::vector<int64_t> values(expanded.roles.begin(), expanded.roles.end());
+    const std::vector<int64_t> values(prompt.expanded.roles.begin(), prompt.expanded.roles.end());
     DSV41_RETURN_IF_ERROR(WriteNpyInt64(flags.types_out, values, shape));
   }
-  ids = std::move(expanded.ids);
-  return images;
+  ids = std::move(prompt.expanded.ids);
+  return std::move(prompt.images);
 }
 
 int RunLogits(const LogitsFlags& flags) {

@@ -10,6 +10,7 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/image_flags.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
 #include "engine/output_processor.h"
@@ -23,7 +24,9 @@ struct RunFlags {
   SamplingParams params;
   std::vector<std::string> stop;
   int32_t chunk = 0;
+  std::vector<std::string> images;
   EngineFlags engine;
+  ImageFlags image_flags;
 };
 
 int RunRun(RunFlags flags) {
@@ -40,10 +43,15 @@ int RunRun(RunFlags flags) {
     return 1;
   }
   Result<std::vector<int32_t>> prompt = m->tokenizer->Encode(flags.prompt);
-  if (!prompt.ok()) {
-    std::fprintf(stderr, "dsv41 run: %s\n", prompt.status().ToString().c_str());
+  // One <｜deepseek_image｜> of the prompt per --image, in order, expanded to its span.
+  Result<ImageFilePrompt> with_images =
+      prompt.ok() ? AttachImageFiles(*m, flags.images, {}, flags.image_flags, *prompt)
+                  : Result<ImageFilePrompt>(prompt.status());
+  if (!with_images.ok()) {
+    std::fprintf(stderr, "dsv41 run: %s\n", with_images.status().ToString().c_str());
     return 1;
   }
+  prompt = std::move(with_images->expanded.ids);
   ThreadPool pool(ComputeThreads(flags.engine));
   PrefaultWeights(*m, pool, flags.engine);
   if (const Status engram = OpenEngramStorage(*m, pool, flags.engine); !engram.ok()) {
@@ -57,7 +65,9 @@ int RunRun(RunFlags flags) {
   }
   PrintEngineLayout(**engine, *options);
   const int32_t prompt_tokens = static_cast<int32_t>(prompt->size());
-  Result<uint64_t> id = (*engine)->AddRequest(std::move(prompt).value(), flags.params);
+  Result<uint64_t> id =
+      (*engine)->AddRequest(std::move(prompt).value(), flags.params,
+                            AddRequestOptions{.images = std::move(with_images->images)});
   if (!id.ok()) {
     std::fprintf(stderr, "dsv41 run: %s\n", id.status().ToString().c_str());
     return 2;
@@ -120,6 +130,9 @@ std::function<int()> SetupRun(CLI::App& sub) {
   flags->params.max_tokens = 64;
   sub.add_option("-m,--model", flags->model_dir, "model directory")->required();
   sub.add_option("-p,--prompt", flags->prompt, "prompt text (no chat template)")->required();
+  sub.add_option(
+      "--image", flags->images,
+      "a PNG or JPEG for each <｜deepseek_image｜> of the prompt, in order (repeatable)");
   sub.add_option("-n,--max-tokens", flags->params.max_tokens, "tokens to generate at most")
       ->capture_default_str();
   sub.add_option("--temperature", flags->params.temperature, "sampling temperature (0: greedy)")
@@ -144,6 +157,7 @@ std::function<int()> SetupRun(CLI::App& sub) {
                  "prefill chunk size in tokens (0: --max-num-batched-tokens)")
       ->capture_default_str();
   AddEngineFlags(sub, flags->engine);
+  AddImageFlags(sub, flags->image_flags);
   return [flags] { return RunRun(*flags); };
 }
 
