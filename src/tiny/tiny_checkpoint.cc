@@ -100,7 +100,8 @@ void ApplyStrictTileGains(uint64_t seed, std::string_view name, int64_t rows, in
   SplitMix64 rng(StreamSeed(seed, std::string(name) + "#tile-gains"));
   const int tensor_exponent = static_cast<int>(rng.NextBelow(21)) - 10;
   const int64_t tiles_per_row = (cols + tile_cols - 1) / tile_cols;
-  std::vector<int> exponents(static_cast<size_t>((rows + tile_rows - 1) / tile_rows * tiles_per_row));
+  std::vector<int> exponents(
+      static_cast<size_t>((rows + tile_rows - 1) / tile_rows * tiles_per_row));
   for (int& e : exponents) e = tensor_exponent + static_cast<int>(rng.NextBelow(9)) - 4;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
@@ -161,7 +162,7 @@ Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec, bool s
 // ---- bulk values (TinySpec::bulk_values)
 // ---------------------------------------------------------
 
-constexpr int64_t kBulkMinElements = int64_t{1} << 20;
+constexpr int64_t kBulkMinElements = int64_t{1} << 16;
 constexpr size_t kBulkChunkBytes = size_t{16} << 20;
 
 // Whether `weight` (the tensor a `.weight` or its `.scale` belongs to) is drawn in bulk.
@@ -177,9 +178,24 @@ uint8_t ScaleByteFor(float amplitude, float max_code) {
   return static_cast<uint8_t>(std::clamp(e + 127, 1, 254));
 }
 
+// The e4m3 code of the value (r / 2^15 − 1) · 448: uniform values, as quantising a uniformly drawn
+// tensor gives. (Uniformly random codes would make the magnitudes log-uniform: a few weights then
+// dominate every product, and one FP8 activation code flipped by an fp32 rounding difference moves
+// the logits by O(1), so fast kernels could not be compared with the reference.)
+uint8_t UniformE4m3Code(uint16_t r) {
+  static const std::vector<uint8_t> table = [] {
+    std::vector<uint8_t> t(65536);
+    for (uint32_t i = 0; i < t.size(); ++i) {
+      t[i] = E4m3FromF32((static_cast<float>(i) / 32768.0f - 1.0f) * 448.0f);
+    }
+    return t;
+  }();
+  return table[r];
+}
+
 // Streams the stored bytes of a large tensor straight in its encoding: for a quantised weight
-// (`has_scale`) random finite e4m3 codes or random MXFP4 bytes, or, when `is_scale`, its scale
-// bytes (the amplitude's power of two, ±1 at random per block); bf16 values with random signs
+// (`has_scale`) the e4m3 codes of uniform values or random MXFP4 bytes, or, when `is_scale`, its
+// scale bytes (the amplitude's power of two, ±1 at random per block); bf16 values with random signs
 // and mantissas and exponents 0–3 below the amplitude's; fp32 the same.
 Status WriteBulk(uint64_t seed, const TensorSpec& stored, const TensorSpec& weight, bool is_scale,
                  bool has_scale, const ByteSink& sink) {
@@ -209,10 +225,18 @@ Status WriteBulk(uint64_t seed, const TensorSpec& stored, const TensorSpec& weig
         }
         v = out;
       } else if (has_scale && stored.dtype == DType::kF8E4M3) {
-        // Finite codes: a magnitude of 0x7F (NaN) becomes 0x7E.
-        const uint64_t nan =
-            ((v & 0x7F7F7F7F7F7F7F7Full) + 0x0101010101010101ull) & 0x8080808080808080ull;
-        v -= nan >> 7;
+        // Each byte: the e4m3 code of a value uniform in ±448, from 16 random bits.
+        uint64_t out = 0;
+        for (int b = 0; b < 4; ++b) {
+          out |= static_cast<uint64_t>(UniformE4m3Code(static_cast<uint16_t>(v >> (16 * b))))
+                 << (8 * b);
+        }
+        const uint64_t more = rng.Next();
+        for (int b = 0; b < 4; ++b) {
+          out |= static_cast<uint64_t>(UniformE4m3Code(static_cast<uint16_t>(more >> (16 * b))))
+                 << (8 * (b + 4));
+        }
+        v = out;
       } else if (stored.dtype == DType::kBF16) {
         uint64_t out = 0;
         for (int h = 0; h < 4; ++h) {
@@ -324,9 +348,8 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
   const LayerPlan plan = PlanLayers(config);
   std::vector<TensorSpec> specs = TensorsToWrite(config, plan);
   if (spec.format == TinySpec::Format::kStrict) {
-    std::stable_partition(specs.begin(), specs.end(), [](const TensorSpec& t) {
-      return !Contains(t.name, ".ffn.experts.");
-    });
+    std::stable_partition(specs.begin(), specs.end(),
+                          [](const TensorSpec& t) { return !Contains(t.name, ".ffn.experts."); });
   }
 
   std::error_code ec;
@@ -338,15 +361,13 @@ Result<TinyCheckpointSummary> WriteTinyCheckpoint(const TinySpec& spec, const st
   if (spec.num_shards <= 1) {
     SafetensorsWriter writer;
     writer.SetMetadata("format", "pt");
-    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes,
-                           AddTensors(specs, spec, writer));
+    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes, AddTensors(specs, spec, writer));
     DSV41_RETURN_IF_ERROR(writer.Write((root / kSingleFileCheckpoint).string()));
   } else {
     ShardedCheckpointWriter writer(
         dir, ShardingOptions{.num_shards = static_cast<size_t>(spec.num_shards)});
     writer.SetShardMetadata("format", "pt");
-    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes,
-                           AddTensors(specs, spec, writer));
+    DSV41_ASSIGN_OR_RETURN(summary.tensor_bytes, AddTensors(specs, spec, writer));
     DSV41_RETURN_IF_ERROR(writer.Finish(progress));
   }
 

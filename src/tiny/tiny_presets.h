@@ -16,9 +16,10 @@ struct TinySpec {
   ModelConfig config;
   uint64_t seed = 1;
   int32_t num_shards = 3;  // model-0000k-of-0000N.safetensors; 1 writes model.safetensors
-  // Large tensors (>= 2^20 elements, zero-centred) drawn directly in their stored encoding —
-  // random finite e4m3 codes, MXFP4 bytes and bf16 values at the tensor's magnitude, with scale
-  // bytes to match — instead of quantising drawn fp32 values: real-sized checkpoints in minutes.
+  // Large tensors (>= 2^16 elements, zero-centred) drawn directly in their stored encoding —
+  // the e4m3 codes of uniform values, random MXFP4 bytes and bf16 values at the tensor's
+  // magnitude, with scale bytes to match — instead of quantising drawn fp32 values: real-sized
+  // checkpoints in seconds to minutes.
   bool bulk_values = false;
   // kStrict writes the released format where kSimple simplifies (trap list L1–L5): every FP8
   // 32×32 tile and MXFP4 / Engram 32-block gets its own power-of-two gain (2^±4 around a gain of
