@@ -105,6 +105,16 @@ enum class Numerics : uint8_t {
 struct ExecStats {
   uint64_t weight_bytes = 0;  // stored weight bytes read: each matrix once per product call
   uint64_t weight_macs = 0;   // multiply-adds of the weight products (out · in · rows)
+  // Σ over the weight products of max(flops / peak, weight bytes / read bandwidth) at the rates
+  // of ExecContext::roofline (0 when unset): the time the products need at the machine's roofs.
+  double roofline_seconds = 0;
+};
+
+// The machine's roofs a benchmark judges weight products by (ExecStats::roofline_seconds): the
+// matrix unit's peak and the read bandwidth; zero: not counted.
+struct RooflineRates {
+  double peak_flops_per_second = 0;
+  double read_bytes_per_second = 0;
 };
 
 // What every forward function receives. The pool runs one ParallelFor at a time; the arena is
@@ -118,6 +128,7 @@ struct ExecContext {
   // instead of the clean rule. Off by default; for comparisons with the official code only.
   bool official_index_key_slot = false;
   ExecStats stats = {};  // what the forwards run on this context read and computed, cumulative
+  RooflineRates roofline = {};  // benchmarks: the rates stats.roofline_seconds is counted at
   // What tests and tools watch of the forwards; the no-op observer unless one is installed
   // (ScopedForwardObserver).
   std::reference_wrapper<ForwardObserver> observer = ForwardObserver::None();

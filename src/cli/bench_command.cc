@@ -123,6 +123,11 @@ void PrintHeader(const BenchFlags& flags, int threads, const MachineLimits& limi
   std::printf("  %-32s %.3f\n", "read_bandwidth_gb_per_s", limits.read_bytes_per_second / 1e9);
   std::printf("  %-32s %.1f\n", "fma_peak_gflops", limits.fma_flops_per_second / 1e9);
   std::printf("  %-32s %.1f\n", "bf16_dot_peak_gflops", limits.bf16_dot_flops_per_second / 1e9);
+  std::printf("  %-32s %.1f\n", "fp16_fma_peak_gflops", limits.fp16_fma_flops_per_second / 1e9);
+  std::printf("  %-32s %.1f\n", "amx_bf16_peak_gflops", limits.amx_bf16_flops_per_second / 1e9);
+  std::printf("  %-32s %.1f\n", "amx_int8_peak_gops", limits.amx_int8_ops_per_second / 1e9);
+  std::printf("  %-32s %s (%.1f GFLOP/s)\n", "matrix_unit", MatrixUnitName(limits.matrix_unit()),
+              limits.compute_roof_flops_per_second() / 1e9);
 }
 
 // A run's progress line on stderr.
@@ -212,6 +217,14 @@ void PrintFiguresJson(const BenchFlags& flags, const EngineBenchOptions& options
   line["prefill_gflops"] = f.prefill_flops_per_s / 1e9;
   line["fma_roof_gflops"] = limits.compute_roof_flops_per_second() / 1e9;
   line["prefill_roof_ratio"] = f.prefill_roof_ratio;
+  line["matrix_unit"] = MatrixUnitName(limits.matrix_unit());
+  line["matrix_unit_peak_gflops"] = limits.compute_roof_flops_per_second() / 1e9;
+  line["fma_peak_gflops"] = limits.fma_flops_per_second / 1e9;
+  line["bf16_dot_peak_gflops"] = limits.bf16_dot_flops_per_second / 1e9;
+  line["fp16_fma_peak_gflops"] = limits.fp16_fma_flops_per_second / 1e9;
+  line["amx_bf16_peak_gflops"] = limits.amx_bf16_flops_per_second / 1e9;
+  line["amx_int8_peak_gops"] = limits.amx_int8_ops_per_second / 1e9;
+  line["prefill_roofline_ratio"] = f.prefill_roofline_ratio;
   if (f.decode_vs_one_stream) line["decode_vs_one_stream"] = *f.decode_vs_one_stream;
   if (f.speculative) {
     line["speculative"] = std::string(SpeculativeMethodName(Method(options)));
@@ -240,6 +253,7 @@ void PrintFigures(const EngineBenchOptions& options, const EngineBenchFigures& f
   std::printf("    %-30s %.4f\n", "read_bandwidth_ratio", f.read_bandwidth_ratio);
   std::printf("    %-30s %.1f\n", "prefill_gflops", f.prefill_flops_per_s / 1e9);
   std::printf("    %-30s %.4f\n", "prefill_roof_ratio", f.prefill_roof_ratio);
+  std::printf("    %-30s %.4f\n", "prefill_roofline_ratio", f.prefill_roofline_ratio);
   if (f.decode_vs_one_stream && f.concurrency > 1) {
     std::printf("    %-30s %.2f\n", "decode_vs_one_stream", *f.decode_vs_one_stream);
   }

@@ -105,6 +105,9 @@ struct RunTimes {
   double prefill_tokens_per_s = 0;  // all prompt tokens / time until the last first token
   double decode_tokens_per_s = 0;   // tokens after each first one / time after the last first one
   double prefill_flops_per_s = 0;   // 2 × weight-product MACs until the last first token / time
+  // The products' time at the roofs (ExecStats::roofline_seconds) until the last first token /
+  // that time.
+  double prefill_roofline_ratio = 0;
   double decode_weight_bytes_per_s = 0;  // weight bytes read after the last first token / time
   double decode_weight_bytes_per_token = 0;
   double engram_wait_ms_per_step = 0;
@@ -158,6 +161,8 @@ RunTimes MeasureRun(RunTrace trace, int32_t prompt_tokens) {
   times.decode_tokens_per_s = decoded / std::max(end - last_first, 1e-9);
   times.prefill_flops_per_s =
       2.0 * static_cast<double>(trace.at_last_first.weight_macs) / std::max(last_first, 1e-9);
+  times.prefill_roofline_ratio =
+      trace.at_last_first.weight_roofline_seconds / std::max(last_first, 1e-9);
   const double decode_bytes =
       static_cast<double>(trace.at_end.weight_bytes - trace.at_last_first.weight_bytes);
   times.decode_weight_bytes_per_s = decode_bytes / std::max(end - last_first, 1e-9);
@@ -236,8 +241,12 @@ Result<RunTimes> Run(BenchContext& ctx, size_t config_idx, const EngineOptions& 
       ctx.storages[ctx.options.configs[config_idx].engram_storage];
   if (ctx.options.cold && storage != nullptr) DSV41_RETURN_IF_ERROR(storage->DropCaches());
   ctx.model.engram_storage = std::move(storage);
+  EngineOptions measured = options;
+  measured.roofline =
+      RooflineRates{.peak_flops_per_second = ctx.limits.compute_roof_flops_per_second(),
+                    .read_bytes_per_second = ctx.limits.read_bytes_per_second};
   Result<RunTrace> trace =
-      TraceRun(ctx.model, options, ctx.pool, ctx.options.decode_tokens, prompts);
+      TraceRun(ctx.model, measured, ctx.pool, ctx.options.decode_tokens, prompts);
   storage = std::move(ctx.model.engram_storage);
   DSV41_RETURN_IF_ERROR(trace.status());
   return MeasureRun(std::move(trace).value(), ctx.options.prompt_tokens);
@@ -291,7 +300,7 @@ Status RunRepetition(BenchContext& ctx, size_t config_idx, int32_t repetition,
 // configuration's decode tokens/s at concurrency 1 (0 until that level ran); set at that level.
 EngineBenchFigures Summarize(const BenchContext& ctx, int32_t streams, size_t config_idx,
                              const ConfigRuns& runs, double& one_stream_decode) {
-  std::vector<double> ttft, tpot, prefill_tps, decode_tps, prefill_flops, decode_bps,
+  std::vector<double> ttft, tpot, prefill_tps, decode_tps, prefill_flops, roofline, decode_bps,
       decode_bytes_per_token, wait, decode_wait, hit_rate, read_mib, plain_steps;
   for (const RunTimes& t : runs.plain) {
     ttft.insert(ttft.end(), t.ttft_s.begin(), t.ttft_s.end());
@@ -299,6 +308,7 @@ EngineBenchFigures Summarize(const BenchContext& ctx, int32_t streams, size_t co
     prefill_tps.push_back(t.prefill_tokens_per_s);
     decode_tps.push_back(t.decode_tokens_per_s);
     prefill_flops.push_back(t.prefill_flops_per_s);
+    roofline.push_back(t.prefill_roofline_ratio);
     decode_bps.push_back(t.decode_weight_bytes_per_s);
     decode_bytes_per_token.push_back(t.decode_weight_bytes_per_token);
     wait.push_back(t.engram_wait_ms_per_step);
@@ -325,6 +335,7 @@ EngineBenchFigures Summarize(const BenchContext& ctx, int32_t streams, size_t co
   f.prefill_flops_per_s = Median(prefill_flops);
   const double roof = ctx.limits.compute_roof_flops_per_second();
   f.prefill_roof_ratio = roof > 0 ? f.prefill_flops_per_s / roof : 0.0;
+  f.prefill_roofline_ratio = Median(roofline);
   if (streams == 1) one_stream_decode = f.decode_tokens_per_s;
   if (one_stream_decode > 0) f.decode_vs_one_stream = f.decode_tokens_per_s / one_stream_decode;
   const double plain_step = plain_steps.empty() ? 0.0 : Median(plain_steps);

@@ -93,6 +93,10 @@ struct EngineBenchFigures {
   double read_bandwidth_ratio = 0;  // decode weight bytes/s over the machine's read bandwidth
   double prefill_flops_per_s = 0;   // 2 × weight-product MACs until the last first token / time
   double prefill_roof_ratio = 0;    // over the machine's compute roof
+  // Σ over the prefill's weight products of max(flops / matrix unit peak, weight bytes / read
+  // bandwidth), over the measured prefill time: products with a few rows (experts) are judged by
+  // the bus, dense ones by the unit.
+  double prefill_roofline_ratio = 0;
   // Decode tokens/s over the same configuration's at concurrency 1, once that level ran.
   std::optional<double> decode_vs_one_stream;
   std::optional<SpeculativeFigures> speculative;  // when the configurations ask for it

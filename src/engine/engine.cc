@@ -113,7 +113,8 @@ Status Engine::Build(ThreadPool& pool) {
                          .numerics = options_.numerics,
                          .official_index_key_slot = options_.official_index_key_slot,
                          .engram_prefetch = options_.engram_prefetch,
-                         .record_main_hidden = seeds_drafts_},
+                         .record_main_hidden = seeds_drafts_,
+                         .roofline = options_.roofline},
       pool);
   kv_ = std::make_unique<KvCacheManager>(
       *plan_, layout_.num_blocks,
@@ -484,6 +485,7 @@ void Engine::ReadStats(EngineStats& s) const {
   s.waiting = scheduler_->num_waiting();
   s.weight_bytes = runner_->exec_stats().weight_bytes;
   s.weight_macs = runner_->exec_stats().weight_macs;
+  s.weight_roofline_seconds = runner_->exec_stats().roofline_seconds;
   s.num_draft_forwards = proposer_->stats().num_draft_forwards;
   s.num_seed_calls = proposer_->stats().num_seed_calls;
   s.num_seeded_rows = proposer_->stats().num_seeded_rows;

@@ -51,6 +51,8 @@ struct EngineOptions {
   // --engram-prefetch: fetch a step's Engram rows ahead of the forward (off: each Engram layer
   // reads its rows when it needs them; for measurements only).
   bool engram_prefetch = true;
+  // Benchmarks: the roofs EngineStats::weight_roofline_seconds is counted at (ExecContext).
+  RooflineRates roofline = {};
 };
 
 // What Engine::Create resolved (printed at start-up).

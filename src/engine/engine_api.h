@@ -59,6 +59,7 @@ struct EngineStats {
   // What the forwards read and computed (ExecStats): stored weight bytes, weight-product MACs.
   uint64_t weight_bytes = 0;
   uint64_t weight_macs = 0;
+  double weight_roofline_seconds = 0;  // ExecStats::roofline_seconds (EngineOptions::roofline)
 
   // Speculative decoding (serving.md §7, §11.4). A verify is one request's decode step with at
   // least one draft; its drafts are checked left to right until the first rejection.
@@ -94,8 +95,8 @@ struct AddRequestOptions {
 };
 
 // The id a backend gives a new request: `requested` when nonzero (InvalidArgument naming it when
-// `requested_in_use`: a live request holds it, or an output not yet stepped out), else `next_id`; `next_id` moves past the id
-// taken, so the backend's own ids never collide with the frontend's.
+// `requested_in_use`: a live request holds it, or an output not yet stepped out), else `next_id`;
+// `next_id` moves past the id taken, so the backend's own ids never collide with the frontend's.
 Result<uint64_t> ClaimRequestId(uint64_t requested, bool requested_in_use, uint64_t& next_id);
 
 // What the server's engine loop drives (serving.md §1): the engine (EngineBackend, engine.h), or

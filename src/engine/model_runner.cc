@@ -49,6 +49,7 @@ ModelRunner::ModelRunner(const LoadedTextModel& model, const CachePlan& plan, ui
       storage_(std::make_unique<KvCacheStorage>(plan, model.config(), num_blocks)),
       main_hidden_width_(model.model->MainHiddenWidth()),
       no_engram_({}, 0) {
+  ctx_.roofline = options.roofline;
   if (model.engram.num_layers() > 0) {
     engram_prefetch_ =
         MakeEngramPrefetcher(*model.engram_storage, model.engram.num_cols(),

@@ -52,6 +52,7 @@ struct ModelRunnerOptions {
   bool official_index_key_slot = false;  // ExecContext::official_index_key_slot
   bool engram_prefetch = true;      // fetch Engram rows ahead (off: each layer waits for its own)
   bool record_main_hidden = false;  // DSpark: the forward records every row's main_hidden
+  RooflineRates roofline = {};      // ExecContext::roofline (benchmarks)
 };
 
 class ModelRunner {

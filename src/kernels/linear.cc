@@ -334,10 +334,18 @@ double TileCost(const LinearJob& job) {
 }  // namespace
 
 void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx) {
+  const RooflineRates& roofline = ctx.roofline;
   for (const LinearJob& job : jobs) {
-    ctx.stats.weight_bytes += job.w->weight.size() + job.w->scale.size();
-    ctx.stats.weight_macs += static_cast<uint64_t>(job.w->out) * static_cast<uint64_t>(job.w->in) *
-                             static_cast<uint64_t>(job.x.rows);
+    const uint64_t bytes = job.w->weight.size() + job.w->scale.size();
+    const uint64_t macs = static_cast<uint64_t>(job.w->out) * static_cast<uint64_t>(job.w->in) *
+                          static_cast<uint64_t>(job.x.rows);
+    ctx.stats.weight_bytes += bytes;
+    ctx.stats.weight_macs += macs;
+    if (roofline.peak_flops_per_second > 0 && roofline.read_bytes_per_second > 0) {
+      ctx.stats.roofline_seconds +=
+          std::max(2.0 * static_cast<double>(macs) / roofline.peak_flops_per_second,
+                   static_cast<double>(bytes) / roofline.read_bytes_per_second);
+    }
   }
   ThreadPool& pool = ctx.pool;
   double total = 0.0;
