@@ -3,10 +3,15 @@
 // GoogleTest flags) and then the fast kernel (kernels/linear.h; DSV41_FAST_KERNEL, or
 // `--fast-kernel auto|fma|bf16-dot`). The binary says what the kernels dispatch to, then runs the
 // tests. A kernel this CPU lacks exits with kSkipped, which ctest reports as skipped.
+// DSV41_POISON_MEMORY=1 fills fresh arena and KV cache memory with 0xFF (base/poison.h), so a read
+// of memory nobody wrote fails the tests (the sanitizer job runs so).
 
 #include <cstdio>
 #include <cstring>
 
+#include <cstdlib>
+
+#include "base/poison.h"
 #include "gtest/gtest.h"
 #include "kernels/linear.h"
 #include "kernels/simd_cap.h"
@@ -35,6 +40,9 @@ int main(int argc, char** argv) {
                    argv[i]);
       return kBadArguments;
     }
+  }
+  if (const char* poison = std::getenv("DSV41_POISON_MEMORY"); poison != nullptr) {
+    dsv41::SetPoisonFreshMemory(std::strcmp(poison, "1") == 0);
   }
   dsv41::Status applied = dsv41::ApplySimdCapFromEnvironment();
   if (applied.ok() && simd_arg != nullptr) {
