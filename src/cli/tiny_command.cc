@@ -19,6 +19,7 @@ struct TinyFlags {
   std::string preset = "tiny";
   bool bf16 = false;
   std::optional<std::string> format, scale_dtype;
+  bool released_magnitudes = false;
   std::optional<int32_t> moe_intermediate;
   uint64_t seed = 1;
   std::optional<int32_t> shards;
@@ -77,9 +78,11 @@ int RunTiny(const TinyFlags& flags) {
         static_cast<int64_t>(static_cast<double>(*flags.max_positions) / c.compress_yarn.factor);
   }
   Override(flags.moe_intermediate, c.moe_intermediate_size);
-  if (flags.format) spec.format = *flags.format == "strict" ? TinySpec::Format::kStrict
-                                                             : TinySpec::Format::kSimple;
-  if (flags.scale_dtype) spec.scale_dtype = *flags.scale_dtype == "u8" ? DType::kU8 : DType::kF8E8M0;
+  if (flags.format)
+    spec.format = *flags.format == "strict" ? TinySpec::Format::kStrict : TinySpec::Format::kSimple;
+  if (flags.released_magnitudes) spec.released_magnitudes = true;
+  if (flags.scale_dtype)
+    spec.scale_dtype = *flags.scale_dtype == "u8" ? DType::kU8 : DType::kF8E8M0;
   if (flags.bf16) MakeUnquantized(c);
   if (flags.engram_gib) {
     const Status s = SetEngramTableGib(c, *flags.engram_gib);
@@ -112,13 +115,17 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("-o,--out", flags->out, "directory to write (created)")->required();
   sub.add_option("--preset", flags->preset, "one of: " + presets);
   sub.add_flag("--bf16", flags->bf16, "unquantised BF16 weights (no .scale tensors)");
-  sub.add_option("--format", flags->format,
-                 "simple, or strict: the released format where the presets simplify (a gain per "
-                 "32x32 tile, distinct FP4 nibbles, experts in shards apart; tiny-strict's default)")
+  sub.add_option(
+         "--format", flags->format,
+         "simple, or strict: the released format where the presets simplify (a gain per "
+         "32x32 tile, distinct FP4 nibbles, experts in shards apart; tiny-strict's default)")
       ->check(CLI::IsMember({"simple", "strict"}));
   sub.add_option("--scale-dtype", flags->scale_dtype,
                  "dtype of the .scale tensors: e8m0 (F8_E8M0, as released) or u8 (same bytes)")
       ->check(CLI::IsMember({"e8m0", "u8"}));
+  sub.add_flag("--released-magnitudes", flags->released_magnitudes,
+               "the release's value ranges: FP8 weights within +-0.102, Engram rows within "
+               "+-3.25, bell-shaped experts (tiny-real's default)");
   sub.add_option("-s,--seed", flags->seed, "seed of every drawn value");
   sub.add_option("--shards", flags->shards, "number of safetensors shards (1: model.safetensors)");
   sub.add_option("--layers", flags->layers, "num_hidden_layers");

@@ -112,6 +112,23 @@ void ApplyStrictTileGains(uint64_t seed, std::string_view name, int64_t rows, in
   }
 }
 
+// TinySpec::released_magnitudes: the drawn values (uniform in ±amplitude) rescaled to the
+// release's ranges — FP8 dense weights to ±0.102, Engram tables to ±3.25 — and routed experts made
+// bell-shaped, v → v·(|v|/amplitude)^(1/4), so that a 32-block's E2M1 codes are ~88 % non-zero.
+void ApplyReleasedMagnitudes(bool mxfp4, bool engram_table, std::vector<float>& values) {
+  float amplitude = 0.0f;
+  for (float v : values) amplitude = std::max(amplitude, std::fabs(v));
+  if (amplitude == 0.0f) return;
+  if (mxfp4) {
+    for (float& v : values) {
+      v = F32FromBf16(Bf16FromF32(v * std::pow(std::fabs(v) / amplitude, 0.25f)));
+    }
+    return;
+  }
+  const float target = engram_table ? 3.25f : 0.102f;
+  for (float& v : values) v = F32FromBf16(Bf16FromF32(v * (target / amplitude)));
+}
+
 // Strict format: no packed FP4 byte holds two equal nibbles (element 2k ≠ element 2k+1), so
 // reading the nibbles in the wrong order changes the weights. The high nibble moves to the
 // neighbouring magnitude code.
@@ -123,7 +140,8 @@ void MakeNibblesDistinct(std::vector<uint8_t>& packed) {
 
 // The stored bytes of a quantised weight (`spec` is the `.weight` tensor) and of its scale:
 // MXFP4 experts (I8), Engram tables (e4m3, one scale per 32 values of a row) or FP8 32×32 tiles.
-Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec, bool strict) {
+Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec, bool strict,
+                                   bool released_magnitudes) {
   if (spec.shape.size() != 2) {
     return InternalError("tensor '%s': a quantised weight must be 2-D", spec.name.c_str());
   }
@@ -135,6 +153,7 @@ Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec, bool s
   // Round through bf16 first: the release's weights were bf16 before quantisation.
   for (float& v : values) v = F32FromBf16(Bf16FromF32(v));
   const bool engram_table = EndsWith(spec.name, "engram.embed.weight");
+  if (released_magnitudes) ApplyReleasedMagnitudes(mxfp4, engram_table, values);
   if (strict) {
     const int64_t tile_rows = mxfp4 || engram_table ? 1 : kFp8Tile;
     ApplyStrictTileGains(seed, spec.name, rows, cols, tile_rows, 32, values);
@@ -279,6 +298,7 @@ Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, const TinySpec
   const uint64_t seed = tiny.seed;
   const bool bulk = tiny.bulk_values;
   const bool strict = tiny.format == TinySpec::Format::kStrict;
+  const bool released_magnitudes = tiny.released_magnitudes;
   std::unordered_map<std::string, const TensorSpec*> by_name;
   for (const TensorSpec& s : specs) by_name[s.name] = &s;
   uint64_t tensor_bytes = 0;
@@ -297,13 +317,14 @@ Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, const TinySpec
       has_scale = by_name.count(s.name.substr(0, s.name.size() - 7) + ".scale") > 0;
     }
     const TensorSpec* stored = &s;
-    TensorBytesFn write = [seed, weight, stored, is_scale, has_scale, bulk,
-                           strict](const ByteSink& sink) -> Status {
+    TensorBytesFn write = [seed, weight, stored, is_scale, has_scale, bulk, strict,
+                           released_magnitudes](const ByteSink& sink) -> Status {
       if (bulk && DrawnInBulk(*weight)) {
         return WriteBulk(seed, *stored, *weight, is_scale, has_scale || is_scale, sink);
       }
-      Result<StoredBytes> bytes = (is_scale || has_scale) ? QuantizedBytes(seed, *weight, strict)
-                                                          : PlainBytes(seed, *weight);
+      Result<StoredBytes> bytes = (is_scale || has_scale)
+                                      ? QuantizedBytes(seed, *weight, strict, released_magnitudes)
+                                      : PlainBytes(seed, *weight);
       if (!bytes.ok()) return bytes.status();
       return sink(AsBytes(is_scale ? bytes->scale : bytes->weight));
     };

@@ -132,7 +132,9 @@ Status SetEngramTableGib(ModelConfig& config, double gib) {
 
 void MakeUnquantized(ModelConfig& config) { config.quantization = QuantizationConfig{}; }
 
-std::vector<std::string_view> TinyPresetNames() { return {"tiny", "tiny-bf16", "tiny-strict", "small", "flash"}; }
+std::vector<std::string_view> TinyPresetNames() {
+  return {"tiny", "tiny-bf16", "tiny-strict", "tiny-real", "small", "flash"};
+}
 
 Result<TinySpec> TinyPreset(std::string_view name) {
   TinySpec spec;
@@ -147,6 +149,9 @@ Result<TinySpec> TinyPreset(std::string_view name) {
     spec.config.q_lora_rank = 96;
     spec.format = TinySpec::Format::kStrict;
     spec.num_shards = 48;
+  } else if (name == "tiny-real") {
+    spec.config = TinyConfig();
+    spec.released_magnitudes = true;
   } else if (name == "small") {
     spec.config = SmallConfig();
     spec.num_shards = 4;
