@@ -86,8 +86,8 @@ class LongPositionTest : public ::testing::Test {
     delete dir_;
   }
 
-  static Status Forward(int32_t start, int32_t n, ContiguousKvCache& cache,
-                        std::span<float> logits, ExecContext& ctx) {
+  static Status Forward(int32_t start, int32_t n, ContiguousKvCache& cache, std::span<float> logits,
+                        ExecContext& ctx) {
     Batch batch;
     AppendToBatch(*constants_,
                   BatchSlice{.token_ids = *ids_,

@@ -370,8 +370,8 @@ TEST_P(SpeculativeForcedTest, StopAndLengthInsideAnAcceptedBlockEndLikeThePlainR
     // fresh engine's bits.
     std::vector<int32_t> again = prompt;
     again.insert(again.end(), got.tokens.begin(), got.tokens.end());
-    const std::vector<Generated> both = RunEngine(m, spec_options, {prompt, again},
-                                                  {params, Greedy(4)}, {0, 40});
+    const std::vector<Generated> both =
+        RunEngine(m, spec_options, {prompt, again}, {params, Greedy(4)}, {0, 40});
     const Generated fresh = RunEngine(m, Options(), {again}, {Greedy(4)}).at(0);
     EXPECT_GT(both[1].cached_tokens, 0);
     EXPECT_EQ(both[1].tokens, fresh.tokens);
