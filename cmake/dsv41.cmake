@@ -46,7 +46,8 @@ endfunction()
 # so DSV41_SIMD and DSV41_FAST_KERNEL force the kernels of any run (exit 77, skipped, where the
 # CPU lacks the unit asked for).
 function(dsv41_test name)
-  cmake_parse_arguments(ARG "WHOLE;SIMD_CAPS;FAST_KERNELS" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "WHOLE;SIMD_CAPS;FAST_KERNELS;AMX_KERNEL" "" "SOURCES;DEPS;LABELS"
+                        ${ARGN})
   # A job that runs `ctest -LE slow` (the sanitizer job) need not build them at all.
   if("slow" IN_LIST ARG_LABELS AND NOT DSV41_SLOW_TESTS)
     return()
@@ -85,6 +86,15 @@ function(dsv41_test name)
                            PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
                                       LABELS slow SKIP_RETURN_CODE 77)
     endforeach()
+  endif()
+  # AMX_KERNEL: every test once more under the AMX tile kernel forced (<test>/amx, labelled slow):
+  # on the tiles where the CPU has them, else on the scalar model of the tiles (slow; the binary
+  # says which).
+  if(ARG_AMX_KERNEL)
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_SUFFIX "/amx"
+                         EXTRA_ARGS --fast-kernel amx
+                         PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                    LABELS slow SKIP_RETURN_CODE 77)
   endif()
 endfunction()
 

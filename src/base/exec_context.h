@@ -94,6 +94,7 @@ enum class Numerics : uint8_t {
   kReference,    // exact products accumulated in double, rounded once (the slow comparison path)
   kFastFma,      // the fp32-FMA kernel even where the bf16 dot product is faster (tests, benches)
   kFastBf16Dot,  // the bf16 dot-product kernel where the CPU has one (tests, benches)
+  kFastAmx,      // the AMX-BF16 tile kernel; its scalar model where the CPU has no tiles (tests)
   // Exact products summed in plain fp32, in index order: the goldens' noise probe
   // (stability_gemm32). A legal order too; the distance of its logits from kReference's says
   // which positions the accumulation-order freedom can move (tests: noise-stable positions).

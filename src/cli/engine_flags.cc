@@ -35,10 +35,11 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
                "recompute every prompt instead of reusing cached prefix blocks");
   app.add_option("-t,--threads", flags.threads, "compute threads (0: all cores)")
       ->capture_default_str();
-  app.add_option("--numerics", flags.numerics,
-                 "weight products: fast (this CPU's fastest kernel, fp32 accumulation), reference "
-                 "(exact accumulation, slow), fma or bf16-dot (force a fast kernel), plain-fp32 "
-                 "(fp32 sums in index order, slow: the goldens' noise probe)")
+  app.add_option(
+         "--numerics", flags.numerics,
+         "weight products: fast (this CPU's fastest kernel, fp32 accumulation), reference "
+         "(exact accumulation, slow), fma, bf16-dot or amx (force a fast kernel), plain-fp32 "
+         "(fp32 sums in index order, slow: the goldens' noise probe)")
       ->capture_default_str();
   app.add_option("--simd", flags.simd,
                  "instruction sets the kernels may use: best (this CPU's), avx2 or scalar (caps, "
@@ -169,14 +170,20 @@ Result<Numerics> ParseNumerics(const std::string& name) {
   if (name == "reference") return Numerics::kReference;
   if (name == "fma") return Numerics::kFastFma;
   if (name == "plain-fp32") return Numerics::kPlainFp32;
+  if (name == "amx") {
+    if (!CpuHasAmxTiles()) {
+      return InvalidArgumentError("--numerics amx: this CPU has no AMX-BF16 tiles");
+    }
+    return Numerics::kFastAmx;
+  }
   if (name == "bf16-dot") {
     if (!CpuHasBf16Dot()) {
       return InvalidArgumentError("--numerics bf16-dot: this CPU has no AVX512-BF16");
     }
     return Numerics::kFastBf16Dot;
   }
-  return InvalidArgumentError("--numerics '%s': want fast, reference, fma, bf16-dot or plain-fp32",
-                              name.c_str());
+  return InvalidArgumentError(
+      "--numerics '%s': want fast, reference, fma, bf16-dot, amx or plain-fp32", name.c_str());
 }
 
 bool NeedsDspark(const EngineFlags& flags) { return flags.speculative == "dspark"; }
