@@ -91,11 +91,7 @@ class RealWidthTest : public ::testing::Test {
   }
 
   static std::vector<int32_t> Prompt(uint32_t seed, int32_t n) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int32_t> id(3, model_->config().vocab_size - 1);
-    std::vector<int32_t> ids(n);
-    for (int32_t& t : ids) t = id(rng);
-    return ids;
+    return RandomPrompt(seed, n, model_->config().vocab_size);
   }
 
   static EngineOptions Options(int32_t max_batched_tokens = 512) {

@@ -159,20 +159,11 @@ __attribute__((target("avx512fp16"))) float Fp16FmaChains(int64_t iters, float s
   return static_cast<float>(_mm512_reduce_add_ph(sum));
 }
 
-// The tile configuration of the peak loops: palette 1, tiles 0..7 of 16 rows × 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-
 // `iters` rounds of 4 independent tile products (accumulators tmm0..3, operands tmm4..7), each
 // 16 × 16 outputs over 32 bf16 pairs (`int8`: TDPBSSD, 64 int8 pairs); a value of the results.
 template <bool kInt8>
 __attribute__((target("amx-tile,amx-bf16,amx-int8"))) float AmxChains(int64_t iters, float seed) {
-  const TileConfig config;
+  const AmxTileConfig config;
   _tile_loadconfig(&config);
   alignas(64) uint16_t operand[16 * 32];
   for (uint16_t& v : operand) v = kInt8 ? 0x0101 : 0x3A83;  // int8 1s, or bf16 ~1e-3

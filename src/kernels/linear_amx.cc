@@ -110,15 +110,8 @@ struct EmulatedTiles {
 
 // The CPU's tiles (AMX-TILE, AMX-BF16; the process holds the tile state: CpuHasAmxBf16).
 struct HardwareTiles {
-  struct alignas(64) Config {
-    uint8_t palette = 1;
-    uint8_t start_row = 0;
-    uint8_t reserved[14] = {};
-    uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-    uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-  };
   DSV41_AMX_TARGET static void Begin() {
-    static const Config config;
+    static const AmxTileConfig config;
     _tile_loadconfig(&config);
   }
   DSV41_AMX_TARGET static void End() { _tile_release(); }
