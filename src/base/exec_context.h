@@ -128,6 +128,9 @@ struct ExecContext {
   // keys" slot (model.md §7.5 "Which keys an index source scores against"; model/index_key_slot.h)
   // instead of the clean rule. Off by default; for comparisons with the official code only.
   bool official_index_key_slot = false;
+  // The most a request's indexer score matrix may take in the arena: longer contexts score their
+  // new tokens in passes (model/indexer_sizing.h), with the same results.
+  size_t indexer_score_budget_bytes = size_t{64} << 20;
   ExecStats stats = {};  // what the forwards run on this context read and computed, cumulative
   RooflineRates roofline = {};  // benchmarks: the rates stats.roofline_seconds is counted at
   // What tests and tools watch of the forwards; the no-op observer unless one is installed
