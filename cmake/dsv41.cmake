@@ -126,3 +126,37 @@ function(dsv41_fuzz_target name)
   target_link_libraries(${name}_corpus PRIVATE ${ARG_DEPS} dsv41_base)
   add_test(NAME ${name}_corpus COMMAND ${name}_corpus ${ARG_CORPUS})
 endfunction()
+
+# dsv41_mpi_test(NAME TARGET NP N [BTL self,vader] [ARGS ...] [ENV VAR=VALUE ...] [LABELS ...]
+# [PASS_REGEX re]): runs test binary TARGET under `mpirun -np N` as one CTest test (every rank
+# runs it; a failure on any rank fails the job). Oversubscribed, one compute thread per rank,
+# allowed as root (containers), wrapped in `timeout` so a hung job fails instead of stalling CI.
+# Labelled `mpi`; under the sanitizers OpenMPI's own allocations that live until exit are
+# suppressed (tests/mpi/lsan.supp). PASS_REGEX: the test passes on that output (a job that must
+# end in error). Nothing without MPI.
+function(dsv41_mpi_test name)
+  cmake_parse_arguments(ARG "" "TARGET;NP;BTL;PASS_REGEX;TIMEOUT" "ARGS;ENV;LABELS" ${ARGN})
+  if(NOT MPI_C_FOUND OR NOT DSV41_MPIEXEC OR NOT TARGET ${ARG_TARGET})
+    return()
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  set(mca)
+  if(ARG_BTL)
+    set(mca --mca btl ${ARG_BTL})
+  endif()
+  add_test(NAME ${name}
+           COMMAND timeout ${ARG_TIMEOUT} ${DSV41_MPIEXEC} -np ${ARG_NP} --oversubscribe ${mca}
+                   $<TARGET_FILE:${ARG_TARGET}> ${ARG_ARGS})
+  set(env DSV41_SHARED_DIR=${DSV41_SHARED_DIR} OMPI_MCA_rmaps_base_oversubscribe=1
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ${ARG_ENV})
+  if(DSV41_SANITIZE)
+    list(APPEND env LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/mpi/lsan.supp)
+  endif()
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" LABELS "mpi;${ARG_LABELS}"
+                                          PROCESSORS 2 TIMEOUT ${ARG_TIMEOUT})
+  if(ARG_PASS_REGEX)
+    set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "${ARG_PASS_REGEX}")
+  endif()
+endfunction()
