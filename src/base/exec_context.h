@@ -1,10 +1,10 @@
 #pragma once
 
 // The execution context passed down the forward (DESIGN.md "One execution context"): the compute
-// thread pool, the per-step scratch arena, the numerics mode, the work counters and the observer
-// of the forward's intermediates. One per engine, made where the engine is; modules take it by
-// reference instead of a nullable pool, stats or debug pointer, and draw their temporaries from
-// the arena instead of allocating per call.
+// thread pool, the per-step scratch arena, the numerics mode, the work counters, the observer
+// of the forward's intermediates and the communicator of a multi-process run. One per engine, made
+// where the engine is; modules take it by reference instead of a nullable pool, stats or debug
+// pointer, and draw their temporaries from the arena instead of allocating per call.
 
 #include <algorithm>
 #include <cstddef>
@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/communicator.h"
 #include "base/forward_observer.h"
 #include "base/thread_pool.h"
 
@@ -105,6 +106,10 @@ enum class Numerics : uint8_t {
 struct ExecStats {
   uint64_t weight_bytes = 0;  // stored weight bytes read: each matrix once per product call
   uint64_t weight_macs = 0;   // multiply-adds of the weight products (out · in · rows)
+  // Multi-process runs (counted only there): routed (token, expert) rows of every MoE call, and
+  // of each call the most any one rank computed; busiest × ranks / rows is the imbalance.
+  uint64_t routed_rows = 0;
+  uint64_t routed_rows_busiest_rank = 0;
 };
 
 // What every forward function receives. The pool runs one ParallelFor at a time; the arena is
@@ -121,6 +126,10 @@ struct ExecContext {
   // What tests and tools watch of the forwards; the no-op observer unless one is installed
   // (ScopedForwardObserver).
   std::reference_wrapper<ForwardObserver> observer = ForwardObserver::None();
+  // The ranks of a multi-process run (DESIGN.md "Beyond one machine"); the single-process
+  // communicator otherwise. Its rank and size must be those the model was loaded for
+  // (LoadOptions::shard).
+  std::reference_wrapper<Communicator> comm = Communicator::SingleProcess();
 };
 
 // Installs `observer` on `ctx` for the scope's lifetime, then puts the previous one back.
