@@ -88,6 +88,17 @@ function(dsv41_test name)
   endif()
 endfunction()
 
+# dsv41_test_binary(NAME SOURCES ... DEPS ...): a GoogleTest binary as dsv41_test builds it, not
+# registered with CTest (dsv41_mpi_test runs it under mpirun).
+function(dsv41_test_binary name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  dsv41_target_defaults(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} dsv41_test_main GTest::gtest GTest::gmock)
+  target_compile_definitions(${name} PRIVATE DSV41_SHARED_DIR="${DSV41_SHARED_DIR}"
+                                             DSV41_SOURCE_ROOT="${CMAKE_SOURCE_DIR}")
+endfunction()
+
 # dsv41_benchmark(NAME SOURCES ... DEPS ...): a Google Benchmark program (not a test).
 function(dsv41_benchmark name)
   if(NOT DSV41_BENCHMARKS)
