@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace dsv41 {
@@ -103,5 +104,18 @@ class Communicator {
 // Segments of `sizes[r]` bytes each, laid out in rank order from offset 0, into `segments`
 // (resized to sizes.size(), its capacity kept). Returns the total.
 uint64_t ContiguousSegments(std::span<const uint64_t> sizes, std::vector<CommSegment>& segments);
+
+// Every rank's `mine` (a fixed-size, trivially copyable value), in rank order: one all-gather.
+template <typename T>
+std::vector<T> AllGatherValue(Communicator& comm, CommKind kind, const T& mine) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  std::vector<T> all(static_cast<size_t>(comm.size()));
+  all[static_cast<size_t>(comm.rank())] = mine;
+  std::vector<uint64_t> sizes(all.size(), sizeof(T));
+  std::vector<CommSegment> segments;
+  ContiguousSegments(sizes, segments);
+  comm.AllGather(kind, std::as_writable_bytes(std::span<T>(all)), segments);
+  return all;
+}
 
 }  // namespace dsv41

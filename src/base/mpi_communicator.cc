@@ -526,11 +526,7 @@ void MpiCommunicator::Abort(const std::string& message) {
 MpiCommunicator::~MpiCommunicator() {
   if (!thread_.joinable()) return;
   // The final barrier: no rank finalises while another still sends to it.
-  std::vector<std::byte> byte(static_cast<size_t>(size_));
-  std::vector<CommSegment> segments;
-  std::vector<uint64_t> sizes(static_cast<size_t>(size_), 1);
-  ContiguousSegments(sizes, segments);
-  AllGather(CommKind::kSetup, byte, segments);
+  AllGatherValue<uint8_t>(*this, CommKind::kSetup, 1);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;

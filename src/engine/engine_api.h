@@ -84,6 +84,8 @@ struct EngineStats {
   EngramFetchStats engram_fetch;
   EngramStoreCounters engram_store;
   uint64_t failed_steps = 0;  // steps whose requests failed because their rows could not be read
+  // EngineOptions::digest_logits: every step's logits folded together (LogitsDigest).
+  uint64_t logits_digest = 0;
 };
 
 struct AddRequestOptions {
@@ -94,8 +96,8 @@ struct AddRequestOptions {
 };
 
 // The id a backend gives a new request: `requested` when nonzero (InvalidArgument naming it when
-// `requested_in_use`: a live request holds it, or an output not yet stepped out), else `next_id`; `next_id` moves past the id
-// taken, so the backend's own ids never collide with the frontend's.
+// `requested_in_use`: a live request holds it, or an output not yet stepped out), else `next_id`;
+// `next_id` moves past the id taken, so the backend's own ids never collide with the frontend's.
 Result<uint64_t> ClaimRequestId(uint64_t requested, bool requested_in_use, uint64_t& next_id);
 
 // What the server's engine loop drives (serving.md §1): the engine (EngineBackend, engine.h), or
