@@ -100,6 +100,9 @@ class MpiCommunicator final : public Communicator {
   // Advances an op; true once every request completed. Sets `error` on an MPI error.
   bool Progress(Op& op, std::string& error);
   void SendHeartbeats(Clock::time_point now);
+  // Between polls while collectives are in flight: yield, or sleep longer the longer nothing
+  // moved.
+  void Pause(bool someone_waits);
   void DrainHeartbeats(Clock::time_point now);
   int Tag(const Op& op) const {
     return kTagKinds * static_cast<int>(op.seq % seq_modulus_) + static_cast<int>(op.kind);
@@ -117,6 +120,7 @@ class MpiCommunicator final : public Communicator {
   std::vector<Op*> active_;                   // comm thread only: posted, not yet complete
   std::vector<MPI_Request> heartbeat_sends_;  // comm thread only
   Clock::time_point next_heartbeat_;          // comm thread only
+  Clock::time_point last_progress_;           // comm thread only: an op posted or completed
 
   mutable std::mutex mutex_;
   std::condition_variable work_cv_;  // the comm thread waits for ops
@@ -191,20 +195,14 @@ void MpiCommunicator::Run(std::promise<Status>& started) {
       Post(*op);
       active_.push_back(op);
     }
+    const size_t before = active_.size();
     Poll();
+    if (!posting.empty() || active_.size() != before) last_progress_ = Clock::now();
     const bool someone_waits = [this] {
       std::lock_guard<std::mutex> lock(mutex_);
       return waiters_ > 0;
     }();
-    if (!active_.empty()) {
-      // A blocked caller gets the fastest progress; a compute thread running beside this one
-      // gets the cores.
-      if (someone_waits) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
-    }
+    if (!active_.empty()) Pause(someone_waits);
   }
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -319,6 +317,23 @@ bool MpiCommunicator::Progress(Op& op, std::string& error) {
   }
   return std::all_of(op.requests.begin(), op.requests.end(),
                      [](MPI_Request r) { return r == MPI_REQUEST_NULL; });
+}
+
+void MpiCommunicator::Pause(bool someone_waits) {
+  // A caller blocked on a collective that is moving gets the fastest progress; a wait that has
+  // seen nothing for a while (another rank still computing, or rank 0 idle between commands)
+  // backs off to 1 ms polls, and so does a collective running beside this rank's compute: the
+  // cores are the compute's.
+  const auto quiet = Clock::now() - last_progress_;
+  if (someone_waits && quiet < std::chrono::milliseconds(2)) {
+    std::this_thread::yield();
+    return;
+  }
+  const auto max_pause = std::chrono::microseconds(someone_waits ? 1000 : 200);
+  const auto pause =
+      std::min<Clock::duration>(max_pause, std::chrono::duration_cast<Clock::duration>(quiet) / 8 +
+                                               std::chrono::microseconds(20));
+  std::this_thread::sleep_for(pause);
 }
 
 void MpiCommunicator::Poll() {

@@ -1,0 +1,313 @@
+// `mpirun -np N dsv41 ...` end to end (issue 20, docs/multinode.md): the logits files and the
+// generated text are the bytes of one process; a rank with another checkpoint is refused at
+// start-up; `serve` under mpirun answers and ends in order on SIGTERM (to rank 0: requests in
+// flight finish, exit 0; to mpirun: every rank ends within the shutdown timeout); a rank killed
+// or hung mid-step ends the whole job non-zero within the deadline, the hung one named. The
+// other tests of the chat and messages APIs under mpirun are the SDK clients'
+// (sdk_clients_mpi_test).
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_runner.h"
+#include "serve_process.h"
+#include "server/http_client.h"
+
+namespace dsv41 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// mpirun as the tests launch it: oversubscribed (2 cores), allowed as root (containers), shared
+// memory, OpenMPI's own leaks suppressed under the sanitizers.
+std::vector<std::string> Mpirun(int ranks) {
+  return {DSV41_MPIEXEC,
+          "--allow-run-as-root",
+          "--oversubscribe",
+          "--mca",
+          "btl",
+          "self,vader",
+          "-x",
+          "LSAN_OPTIONS=suppressions=" DSV41_SOURCE_ROOT "/tests/mpi/lsan.supp",
+          "-np",
+          std::to_string(ranks)};
+}
+
+std::string Join(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Per process: ctest runs the tests of this file side by side, each in a process of its own.
+std::string TempPath(const std::string& name) {
+  return testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
+}
+
+// A tiny checkpoint whose experts (13, top 4) and Engram rows (439, 803) no rank count divides.
+std::string WriteTiny(const std::string& name, int seed) {
+  const std::string dir = TempPath(name);
+  std::filesystem::remove_all(dir);
+  const RunResult written =
+      RunCommand(kDsv41Binary + " tiny --out " + dir + " --experts 13 --experts-per-tok 4 " +
+                 "--engram-heads 3 --seed " + std::to_string(seed) + " 2>/dev/null");
+  EXPECT_EQ(written.exit_code, 0);
+  return dir;
+}
+
+class MpiCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { tiny_ = new std::string(WriteTiny("dsv41_mpi_cli_tiny", 1)); }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*tiny_);
+    delete tiny_;
+  }
+  static inline std::string* tiny_ = nullptr;
+};
+
+TEST_F(MpiCliTest, LogitsOfSeveralRanksAreTheBytesOfOneProcess) {
+  const std::string ids = "--ids 5,9,33,100,7,8,250,3,4,77,12,19,200,201,202,5,9,33,100,7,8,250";
+  const std::string golden = std::string(DSV41_SHARED_DIR) + "/goldens/model/checkpoints/tiny-a";
+  struct Case {
+    std::string model;
+    int ranks;
+    int chunk;
+  };
+  for (const Case& c : {Case{*tiny_, 2, 0}, Case{*tiny_, 2, 5}, Case{*tiny_, 3, 0},
+                        Case{*tiny_, 3, 5}, Case{golden, 2, 0}}) {
+    SCOPED_TRACE(testing::Message() << c.model << ", " << c.ranks << " ranks, chunk " << c.chunk);
+    const std::string args = " logits --model " + c.model + " " + ids + " -t 1 --chunk " +
+                             std::to_string(c.chunk) + " --mpi-timeout 60 --out ";
+    const std::string one = TempPath("mpi_logits_one.npy");
+    const std::string many = TempPath("mpi_logits_many.npy");
+    ASSERT_EQ(RunCommand(kDsv41Binary + args + one + " 2>/dev/null").exit_code, 0);
+    const RunResult run =
+        RunCommand(Join(Mpirun(c.ranks)) + " " + kDsv41Binary + args + many + " 2>&1");
+    ASSERT_EQ(run.exit_code, 0) << run.out;
+    const std::string a = ReadFile(one), b = ReadFile(many);
+    EXPECT_GT(a.size(), 1000u);
+    EXPECT_TRUE(a == b) << "the logits files differ";
+  }
+}
+
+TEST_F(MpiCliTest, RunPrintsTheTextOfOneProcessWithAndWithoutDspark) {
+  const std::string args = " run --model " + *tiny_ + " -p 'The sea is' -n 24 -t 1";
+  const RunResult one = RunCommand(kDsv41Binary + args + " 2>/dev/null");
+  ASSERT_EQ(one.exit_code, 0);
+  for (const std::string& extra :
+       {std::string(), std::string(" --speculative dspark --speculative-min-acceptance 0")}) {
+    const RunResult many =
+        RunCommand(Join(Mpirun(2)) + " " + kDsv41Binary + args + extra + " 2>/dev/null");
+    ASSERT_EQ(many.exit_code, 0);
+    EXPECT_EQ(many.out, one.out) << "flags:" << extra;
+  }
+}
+
+// A copy of `dir` with one value byte changed: the first byte of the first shard's data, which
+// is the first tensor's (safetensors: 8 bytes of header length, the header, then the data).
+std::string CopyWithOneByteChanged(const std::string& dir, const std::string& name) {
+  const std::string copy = TempPath(name);
+  std::filesystem::remove_all(copy);
+  std::filesystem::copy(dir, copy, std::filesystem::copy_options::recursive);
+  std::vector<std::string> shards;
+  for (const auto& entry : std::filesystem::directory_iterator(copy)) {
+    if (entry.path().extension() == ".safetensors") shards.push_back(entry.path().string());
+  }
+  std::sort(shards.begin(), shards.end());
+  EXPECT_FALSE(shards.empty());
+  std::fstream file(shards.front(), std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header = 0;
+  file.read(reinterpret_cast<char*>(&header), sizeof(header));
+  char byte = 0;
+  file.seekg(static_cast<std::streamoff>(8 + header));
+  file.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x5a);
+  file.seekp(static_cast<std::streamoff>(8 + header));
+  file.write(&byte, 1);
+  EXPECT_TRUE(file.good());
+  return copy;
+}
+
+// MPMD: rank 0 loads `a`, rank 1 `b`.
+RunResult LogitsOnTwoModels(const std::string& a, const std::string& b) {
+  const std::string rest = " logits --ids 1,2,3 --top-k 1 -t 1 --mpi-timeout 60 --model ";
+  return RunCommand(Join(Mpirun(1)) + " " + kDsv41Binary + rest + a + " : -np 1 " + kDsv41Binary +
+                    rest + b + " 2>&1");
+}
+
+// The run ends before any logits, naming rank 1.
+TEST_F(MpiCliTest, ARankWithAnotherCheckpointIsRefusedAtStartUp) {
+  const std::string values = CopyWithOneByteChanged(*tiny_, "dsv41_mpi_cli_values");
+  const RunResult run = LogitsOnTwoModels(*tiny_, values);
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.out.find("rank 1's checkpoint"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("\"ids\""), std::string::npos) << "it ran: " << run.out;
+  std::filesystem::remove_all(values);
+  // Another seed also gives another config.json (its synthetic tokenizer's classes).
+  const std::string other = WriteTiny("dsv41_mpi_cli_other", 2);
+  const RunResult seeded = LogitsOnTwoModels(*tiny_, other);
+  EXPECT_NE(seeded.exit_code, 0);
+  EXPECT_NE(seeded.out.find("rank 1's"), std::string::npos) << seeded.out;
+  EXPECT_EQ(seeded.out.find("\"ids\""), std::string::npos) << "it ran: " << seeded.out;
+  std::filesystem::remove_all(other);
+}
+
+// The pid of rank `rank` among the children of mpirun `launcher` (their OMPI_COMM_WORLD_RANK).
+pid_t RankPid(pid_t launcher, int rank) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = ReadFile(entry.path().string() + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));
+    std::string state;
+    pid_t parent = 0;
+    fields >> state >> parent;
+    if (parent != launcher) continue;
+    const std::string environ = ReadFile(entry.path().string() + "/environ");
+    std::istringstream vars(environ);
+    std::string var;
+    while (std::getline(vars, var, '\0')) {
+      if (var == want) return static_cast<pid_t>(std::stoi(name));
+    }
+  }
+  return -1;
+}
+
+// Running (a zombie left for init to reap counts as ended).
+bool Alive(pid_t pid) {
+  if (pid <= 0 || kill(pid, 0) != 0) return false;
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// Ends the ranks at scope exit, whatever the test did: ServeProcess kills only mpirun, whose
+// ranks would outlive it.
+struct RankReaper {
+  std::vector<pid_t> pids;
+  ~RankReaper() {
+    for (pid_t pid : pids) {
+      if (Alive(pid)) kill(pid, SIGKILL);
+    }
+  }
+};
+
+// `dsv41 serve` on two ranks with a short deadline; nullptr after a test failure.
+std::unique_ptr<ServeProcess> ServeOnTwoRanks(const std::string& model, const std::string& log) {
+  std::string error;
+  std::unique_ptr<ServeProcess> server =
+      ServeProcess::Start(model, {"-t", "1", "--served-model-name", "tiny", "--mpi-timeout", "5"},
+                          log, &error, std::chrono::seconds(120), Mpirun(2));
+  EXPECT_NE(server, nullptr) << error;
+  return server;
+}
+
+// A chat request for `max_tokens` tokens on a thread of its own (the step it runs is "mid-step"
+// for the tests that break a rank).
+std::thread LongRequest(int port, int max_tokens, int* status) {
+  return std::thread([port, max_tokens, status] {
+    HttpClient client("127.0.0.1", port, std::chrono::seconds(120));
+    Result<HttpResponse> r = client.Post(
+        "/v1/chat/completions",
+        "{\"model\": \"tiny\", \"max_tokens\": " + std::to_string(max_tokens) +
+            ", \"temperature\": 0, \"ignore_eos\": true, \"messages\": [{\"role\": \"user\", "
+            "\"content\": \"Tell me about the sea.\"}]}");
+    *status = r.ok() ? r->status : -1;
+  });
+}
+
+TEST_F(MpiCliTest, SigtermToRankZeroFinishesTheRequestInFlightAndEndsEveryRank) {
+  std::unique_ptr<ServeProcess> server = ServeOnTwoRanks(*tiny_, TempPath("mpi_serve_term.log"));
+  ASSERT_NE(server, nullptr);
+  const pid_t rank0 = RankPid(server->pid(), 0), rank1 = RankPid(server->pid(), 1);
+  const RankReaper reaper{{rank0, rank1}};
+  ASSERT_GT(rank0, 0);
+  ASSERT_GT(rank1, 0);
+  int status = 0;
+  std::thread request = LongRequest(server->port(), 400, &status);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(kill(rank0, SIGTERM), 0);
+  request.join();
+  EXPECT_EQ(status, 200) << server->log();
+  EXPECT_EQ(server->Stop(0, std::chrono::seconds(30)), 0) << server->log();
+  EXPECT_FALSE(Alive(rank1));
+}
+
+TEST_F(MpiCliTest, SigtermToMpirunEndsEveryRankWithinTheShutdownTimeout) {
+  std::unique_ptr<ServeProcess> server = ServeOnTwoRanks(*tiny_, TempPath("mpi_serve_mpirun.log"));
+  ASSERT_NE(server, nullptr);
+  const pid_t rank0 = RankPid(server->pid(), 0), rank1 = RankPid(server->pid(), 1);
+  const RankReaper reaper{{rank0, rank1}};
+  ASSERT_GT(rank0, 0);
+  ASSERT_GT(rank1, 0);
+  const Clock::time_point start = Clock::now();
+  server->Stop(SIGTERM, std::chrono::seconds(10));  // --shutdown-timeout's default
+  EXPECT_FALSE(server->running()) << "mpirun still runs after 10 s";
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(Alive(rank0));
+  EXPECT_FALSE(Alive(rank1));
+}
+
+TEST_F(MpiCliTest, ARankKilledMidStepEndsTheJobNonZero) {
+  std::unique_ptr<ServeProcess> server = ServeOnTwoRanks(*tiny_, TempPath("mpi_serve_kill.log"));
+  ASSERT_NE(server, nullptr);
+  const pid_t rank0 = RankPid(server->pid(), 0), rank1 = RankPid(server->pid(), 1);
+  const RankReaper reaper{{rank0, rank1}};
+  ASSERT_GT(rank1, 0);
+  int status = 0;
+  std::thread request = LongRequest(server->port(), 2000, &status);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(rank1, SIGKILL), 0);
+  const int code = server->Stop(0, std::chrono::seconds(60));
+  EXPECT_NE(code, 0) << server->log();
+  EXPECT_FALSE(server->running()) << "mpirun still runs 60 s after the kill";
+  request.join();
+  EXPECT_NE(status, 200);
+  EXPECT_FALSE(Alive(rank0));
+}
+
+TEST_F(MpiCliTest, ARankHungMidStepEndsTheJobNamingIt) {
+  std::unique_ptr<ServeProcess> server = ServeOnTwoRanks(*tiny_, TempPath("mpi_serve_hang.log"));
+  ASSERT_NE(server, nullptr);
+  const pid_t rank0 = RankPid(server->pid(), 0), rank1 = RankPid(server->pid(), 1);
+  const RankReaper reaper{{rank0, rank1}};
+  ASSERT_GT(rank1, 0);
+  int status = 0;
+  std::thread request = LongRequest(server->port(), 2000, &status);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(rank1, SIGSTOP), 0);                          // alive to mpirun, silent to rank 0
+  const int code = server->Stop(0, std::chrono::seconds(60));  // the deadline is 5 s
+  EXPECT_NE(code, 0) << server->log();
+  EXPECT_FALSE(server->running()) << "mpirun still runs 60 s after the hang";
+  request.join();
+  // Rank 0's deadline names rank 1: its part never came, or it never took rank 0's.
+  EXPECT_TRUE(std::regex_search(server->log(), std::regex("rank 0: the [a-z]+ [a-z-]+ #[0-9]+ "
+                                                          "waited [0-9.]+ s .*rank 1 has not")))
+      << server->log();
+}
+
+}  // namespace
+}  // namespace dsv41
