@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/json.h"
 #include "cli_runner.h"
 #include "serve_process.h"
 #include "server/http_client.h"
@@ -120,6 +121,40 @@ TEST_F(MpiCliTest, RunPrintsTheTextOfOneProcessWithAndWithoutDspark) {
     ASSERT_EQ(many.exit_code, 0);
     EXPECT_EQ(many.out, one.out) << "flags:" << extra;
   }
+}
+
+// `dsv41 bench` under mpirun reports each rank's figures and the logits digest of one process.
+TEST_F(MpiCliTest, BenchOnTwoRanksReportsTheRanksAndTheDigestOfOneProcess) {
+  const std::string args =
+      " bench --model " + *tiny_ +
+      " --json -r 2 --prompt-tokens 24 --decode-tokens 6 --concurrency 1,3 -t 1";
+  const RunResult one = RunCommand(kDsv41Binary + args + " 2>/dev/null");
+  ASSERT_EQ(one.exit_code, 0);
+  const RunResult two = RunCommand(Join(Mpirun(2)) + " " + kDsv41Binary + args + " 2>/dev/null");
+  ASSERT_EQ(two.exit_code, 0);
+  std::istringstream one_lines(one.out), two_lines(two.out);
+  std::string a, b;
+  int levels = 0;
+  while (std::getline(one_lines, a) && std::getline(two_lines, b)) {
+    Result<Json> ja = ParseJson(a, "bench, one process");
+    Result<Json> jb = ParseJson(b, "bench, two ranks");
+    ASSERT_TRUE(ja.ok() && jb.ok()) << a << "\n" << b;
+    EXPECT_EQ((*ja)["logits_digest"], (*jb)["logits_digest"]) << "level " << levels;
+    EXPECT_TRUE((*jb)["logits_digest_stable"].get<bool>());
+    EXPECT_FALSE(ja->contains("ranks"));
+    ASSERT_TRUE(jb->contains("ranks"));
+    ASSERT_EQ((*jb)["ranks"].size(), 2u);
+    for (const Json& r : (*jb)["ranks"]) {
+      EXPECT_GT(r["step_ms"].get<double>(), 0.0);
+      EXPECT_GT(r["collectives_per_token"].get<double>(), 0.0);
+      EXPECT_GT(r["bytes_per_token"].get<double>(), 0.0);
+      EXPECT_TRUE(r.contains("blocked_ms_moe") && r.contains("blocked_ms_engram") &&
+                  r.contains("blocked_ms_header") && r.contains("blocked_ms_tokens"));
+    }
+    EXPECT_GE((*jb)["expert_imbalance"].get<double>(), 1.0);
+    ++levels;
+  }
+  EXPECT_EQ(levels, 2);
 }
 
 // A copy of `dir` with one value byte changed: the first byte of the first shard's data, which
