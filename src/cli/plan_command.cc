@@ -224,6 +224,26 @@ void PrintWeights(const std::vector<WeightKindTotal>& totals) {
               static_cast<double>(all_bytes) / (1 << 30));
 }
 
+// The config the flags name: the release's, a config.json, or a model directory's (whose
+// tensors are then checked against it: `checked_weights`).
+Result<ModelConfig> LoadPlanConfig(const PlanFlags& flags, bool& checked_weights) {
+  if (flags.released) return ReleasedConfig();
+  if (!flags.config_file.empty()) {
+    DSV41_ASSIGN_OR_RETURN(Json json, ReadJsonFile(flags.config_file));
+    return ParseModelConfig(json);
+  }
+  const bool has_weights =
+      std::filesystem::exists(flags.model_dir + "/model.safetensors.index.json") ||
+      std::filesystem::exists(flags.model_dir + "/model.safetensors");
+  if (!has_weights) return LoadModelConfig(flags.model_dir);
+  ProgressPrinter printer;
+  Result<ModelWeights> weights = ModelWeights::Load(flags.model_dir, LoadOptions{}, printer.AsFn());
+  printer.Done();
+  DSV41_RETURN_IF_ERROR(weights.status());
+  checked_weights = true;
+  return weights->config();
+}
+
 int RunPlan(const PlanFlags& flags) {
   const int sources = !flags.model_dir.empty() + !flags.config_file.empty() + flags.released;
   if (sources != 1) {
@@ -235,44 +255,13 @@ int RunPlan(const PlanFlags& flags) {
     std::fprintf(stderr, "dsv41 plan: --kv-profile: %s\n", profile.status().message().c_str());
     return 2;
   }
-  ModelConfig config;
-  std::vector<TensorSpec> present;
   bool checked_weights = false;
-  if (flags.released) {
-    config = ReleasedConfig();
-  } else if (!flags.config_file.empty()) {
-    Result<Json> json = ReadJsonFile(flags.config_file);
-    Result<ModelConfig> parsed =
-        json.ok() ? ParseModelConfig(*json) : Result<ModelConfig>(json.status());
-    if (!parsed.ok()) {
-      std::fprintf(stderr, "dsv41 plan: %s\n", parsed.status().ToString().c_str());
-      return 1;
-    }
-    config = std::move(parsed).value();
-  } else {
-    const bool has_weights =
-        std::filesystem::exists(flags.model_dir + "/model.safetensors.index.json") ||
-        std::filesystem::exists(flags.model_dir + "/model.safetensors");
-    if (has_weights) {
-      ProgressPrinter printer;
-      Result<ModelWeights> weights =
-          ModelWeights::Load(flags.model_dir, LoadOptions{}, printer.AsFn());
-      printer.Done();
-      if (!weights.ok()) {
-        std::fprintf(stderr, "dsv41 plan: %s\n", weights.status().ToString().c_str());
-        return 1;
-      }
-      config = weights->config();
-      checked_weights = true;
-    } else {
-      Result<ModelConfig> parsed = LoadModelConfig(flags.model_dir);
-      if (!parsed.ok()) {
-        std::fprintf(stderr, "dsv41 plan: %s\n", parsed.status().ToString().c_str());
-        return 1;
-      }
-      config = std::move(parsed).value();
-    }
+  Result<ModelConfig> loaded = LoadPlanConfig(flags, checked_weights);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "dsv41 plan: %s\n", loaded.status().ToString().c_str());
+    return 1;
   }
+  const ModelConfig config = std::move(loaded).value();
   if (const std::string bad = CheckMaxModelLen(flags.max_model_len, config); !bad.empty()) {
     std::fprintf(stderr, "dsv41 plan: %s\n", bad.c_str());
     return 2;
