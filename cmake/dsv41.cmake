@@ -143,7 +143,7 @@ endfunction()
 # runs it; a failure on any rank fails the job). Oversubscribed, one compute thread per rank,
 # allowed as root (containers), wrapped in `timeout` so a hung job fails instead of stalling CI.
 # Labelled `mpi`; under the sanitizers OpenMPI's own allocations that live until exit are
-# suppressed (tests/mpi/lsan.supp). PASS_REGEX: the test passes on that output (a job that must
+# suppressed (tests/mpi/lsan.supp, with the slow unwinder so that the stacks reach OpenMPI). PASS_REGEX: the test passes on that output (a job that must
 # end in error). Nothing without MPI.
 function(dsv41_mpi_test name)
   cmake_parse_arguments(ARG "" "TARGET;NP;BTL;PASS_REGEX;TIMEOUT" "ARGS;ENV;LABELS" ${ARGN})
@@ -163,7 +163,10 @@ function(dsv41_mpi_test name)
   set(env DSV41_SHARED_DIR=${DSV41_SHARED_DIR} OMPI_MCA_rmaps_base_oversubscribe=1
       OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ${ARG_ENV})
   if(DSV41_SANITIZE)
-    list(APPEND env LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/mpi/lsan.supp)
+    # OpenMPI's plugins have no frame pointers: the slow unwinder reaches the OpenMPI frames the
+    # suppressions name (the fast one stops in the plugin, which is unloaded by then).
+    list(APPEND env LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/mpi/lsan.supp
+         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0)
   endif()
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" LABELS "mpi;${ARG_LABELS}"
                                           PROCESSORS 2 TIMEOUT ${ARG_TIMEOUT})

@@ -13,9 +13,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -32,8 +32,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // mpirun as the tests launch it: oversubscribed (2 cores), allowed as root (containers), shared
-// memory, OpenMPI's own leaks suppressed under the sanitizers.
+// memory, OpenMPI's own leaks suppressed under the sanitizers (cmake/dsv41.cmake
+// dsv41_mpi_test says why the slow unwinder; without the sanitizers both are ignored).
 std::vector<std::string> Mpirun(int ranks) {
+  const char* asan = std::getenv("ASAN_OPTIONS");
   return {DSV41_MPIEXEC,
           "--allow-run-as-root",
           "--oversubscribe",
@@ -42,6 +44,8 @@ std::vector<std::string> Mpirun(int ranks) {
           "self,vader",
           "-x",
           "LSAN_OPTIONS=suppressions=" DSV41_SOURCE_ROOT "/tests/mpi/lsan.supp",
+          "-x",
+          std::string("ASAN_OPTIONS=") + (asan != nullptr ? asan : "") + ":fast_unwind_on_malloc=0",
           "-np",
           std::to_string(ranks)};
 }
@@ -93,8 +97,12 @@ TEST_F(MpiCliTest, LogitsOfSeveralRanksAreTheBytesOfOneProcess) {
     int ranks;
     int chunk;
   };
-  for (const Case& c : {Case{*tiny_, 2, 0}, Case{*tiny_, 2, 5}, Case{*tiny_, 3, 0},
-                        Case{*tiny_, 3, 5}, Case{golden, 2, 0}}) {
+  std::vector<Case> cases = {Case{*tiny_, 2, 0}, Case{*tiny_, 2, 5}, Case{*tiny_, 3, 0},
+                             Case{*tiny_, 3, 5}, Case{golden, 2, 0}};
+#ifdef DSV41_SANITIZED_BUILD
+  cases.resize(1);  // the other cases run in the release job (and in-process in mpi_engine_np2)
+#endif
+  for (const Case& c : cases) {
     SCOPED_TRACE(testing::Message() << c.model << ", " << c.ranks << " ranks, chunk " << c.chunk);
     const std::string args = " logits --model " + c.model + " " + ids + " -t 1 --chunk " +
                              std::to_string(c.chunk) + " --mpi-timeout 60 --out ";
@@ -125,6 +133,9 @@ TEST_F(MpiCliTest, RunPrintsTheTextOfOneProcessWithAndWithoutDspark) {
 
 // `dsv41 bench` under mpirun reports each rank's figures and the logits digest of one process.
 TEST_F(MpiCliTest, BenchOnTwoRanksReportsTheRanksAndTheDigestOfOneProcess) {
+#ifdef DSV41_SANITIZED_BUILD
+  GTEST_SKIP() << "two minutes under the sanitizers; the release job runs it";
+#endif
   const std::string args =
       " bench --model " + *tiny_ +
       " --json -r 2 --prompt-tokens 24 --decode-tokens 6 --concurrency 1,3 -t 1";
@@ -249,12 +260,15 @@ struct RankReaper {
   }
 };
 
-// `dsv41 serve` on two ranks with a short deadline; nullptr after a test failure.
-std::unique_ptr<ServeProcess> ServeOnTwoRanks(const std::string& model, const std::string& log) {
+// `dsv41 serve` on two ranks with a short deadline (and `extra` flags); nullptr after a test
+// failure.
+std::unique_ptr<ServeProcess> ServeOnTwoRanks(const std::string& model, const std::string& log,
+                                              std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"-t", "1", "--served-model-name", "tiny", "--mpi-timeout", "5"};
+  args.insert(args.end(), extra.begin(), extra.end());
   std::string error;
   std::unique_ptr<ServeProcess> server =
-      ServeProcess::Start(model, {"-t", "1", "--served-model-name", "tiny", "--mpi-timeout", "5"},
-                          log, &error, std::chrono::seconds(120), Mpirun(2));
+      ServeProcess::Start(model, args, log, &error, std::chrono::seconds(120), Mpirun(2));
   EXPECT_NE(server, nullptr) << error;
   return server;
 }
@@ -274,19 +288,21 @@ std::thread LongRequest(int port, int max_tokens, int* status) {
 }
 
 TEST_F(MpiCliTest, SigtermToRankZeroFinishesTheRequestInFlightAndEndsEveryRank) {
-  std::unique_ptr<ServeProcess> server = ServeOnTwoRanks(*tiny_, TempPath("mpi_serve_term.log"));
+  // Time enough for the request in flight under the sanitizers on a busy machine.
+  std::unique_ptr<ServeProcess> server =
+      ServeOnTwoRanks(*tiny_, TempPath("mpi_serve_term.log"), {"--shutdown-timeout", "300"});
   ASSERT_NE(server, nullptr);
   const pid_t rank0 = RankPid(server->pid(), 0), rank1 = RankPid(server->pid(), 1);
   const RankReaper reaper{{rank0, rank1}};
   ASSERT_GT(rank0, 0);
   ASSERT_GT(rank1, 0);
   int status = 0;
-  std::thread request = LongRequest(server->port(), 400, &status);
+  std::thread request = LongRequest(server->port(), 200, &status);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_EQ(kill(rank0, SIGTERM), 0);
   request.join();
   EXPECT_EQ(status, 200) << server->log();
-  EXPECT_EQ(server->Stop(0, std::chrono::seconds(30)), 0) << server->log();
+  EXPECT_EQ(server->Stop(0, std::chrono::seconds(300)), 0) << server->log();
   EXPECT_FALSE(Alive(rank1));
 }
 
@@ -339,9 +355,12 @@ TEST_F(MpiCliTest, ARankHungMidStepEndsTheJobNamingIt) {
   EXPECT_FALSE(server->running()) << "mpirun still runs 60 s after the hang";
   request.join();
   // Rank 0's deadline names rank 1: its part never came, or it never took rank 0's.
-  EXPECT_TRUE(std::regex_search(server->log(), std::regex("rank 0: the [a-z]+ [a-z-]+ #[0-9]+ "
-                                                          "waited [0-9.]+ s .*rank 1 has not")))
-      << server->log();
+  const std::string log = server->log();
+  const size_t line = log.find("dsv41: rank 0: the ");
+  ASSERT_NE(line, std::string::npos) << log;
+  const std::string message = log.substr(line, log.find('\n', line) - line);
+  EXPECT_NE(message.find("(the deadline, --mpi-timeout)"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 1 has not"), std::string::npos) << message;
 }
 
 }  // namespace

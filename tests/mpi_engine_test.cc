@@ -114,7 +114,8 @@ Outcome Drive(const LoadedTextModel& m, ThreadPool& pool, Communicator& comm, co
 }
 
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Rank 0's outcome against the single-process one, field by field.

@@ -72,10 +72,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(const LoadedTextModel& model,
   if (spec.method == SpeculativeMethod::kOff && spec.custom_drafter) {
     return InvalidArgumentError("a custom drafter needs a --speculative method");
   }
-  if (comm.size() > 1 && model.weights->shard() != RankShard{comm.rank(), comm.size()}) {
+  // A model holds the experts of the rank it was loaded for; it runs only as that rank.
+  if (model.weights->shard() != RankShard{comm.rank(), comm.size()}) {
     return InvalidArgumentError(
-        "the model was loaded for rank %d of %d, the engine runs as rank "
-        "%d of %d",
+        "the model was loaded for rank %d of %d, the engine runs as rank %d of %d",
         model.weights->shard().rank, model.weights->shard().num_ranks, comm.rank(), comm.size());
   }
   std::vector<std::byte> open;
