@@ -322,43 +322,54 @@ TEST_F(MpiCliTest, SigtermToMpirunEndsEveryRankWithinTheShutdownTimeout) {
   EXPECT_FALSE(Alive(rank1));
 }
 
-TEST_F(MpiCliTest, ARankKilledMidStepEndsTheJobNonZero) {
-  std::unique_ptr<ServeProcess> server = ServeOnTwoRanks(*tiny_, TempPath("mpi_serve_kill.log"));
-  ASSERT_NE(server, nullptr);
+// What became of a two-rank server whose rank 1 got `sig` half a second into a long request.
+struct BrokenRun {
+  bool started = false;
+  int exit_code = 0;  // mpirun's, -1 when it did not end within 60 s
+  int request_status = 0;
+  bool rank0_alive = false;
+  std::string log;
+};
+
+BrokenRun BreakRankOneMidStep(const std::string& model, int sig, const std::string& log_name) {
+  BrokenRun out;
+  std::unique_ptr<ServeProcess> server = ServeOnTwoRanks(model, TempPath(log_name));
+  if (server == nullptr) return out;
   const pid_t rank0 = RankPid(server->pid(), 0), rank1 = RankPid(server->pid(), 1);
   const RankReaper reaper{{rank0, rank1}};
-  ASSERT_GT(rank1, 0);
-  int status = 0;
-  std::thread request = LongRequest(server->port(), 2000, &status);
+  if (rank0 <= 0 || rank1 <= 0) return out;
+  out.started = true;
+  std::thread request = LongRequest(server->port(), 2000, &out.request_status);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  ASSERT_EQ(kill(rank1, SIGKILL), 0);
-  const int code = server->Stop(0, std::chrono::seconds(60));
-  EXPECT_NE(code, 0) << server->log();
-  EXPECT_FALSE(server->running()) << "mpirun still runs 60 s after the kill";
+  EXPECT_EQ(kill(rank1, sig), 0);
+  out.exit_code = server->Stop(0, std::chrono::seconds(60));  // the deadline is 5 s
   request.join();
-  EXPECT_NE(status, 200);
-  EXPECT_FALSE(Alive(rank0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  out.rank0_alive = Alive(rank0);
+  out.log = server->log();
+  return out;
+}
+
+TEST_F(MpiCliTest, ARankKilledMidStepEndsTheJobNonZero) {
+  const BrokenRun run = BreakRankOneMidStep(*tiny_, SIGKILL, "mpi_serve_kill.log");
+  ASSERT_TRUE(run.started);
+  EXPECT_NE(run.exit_code, 0) << run.log;
+  EXPECT_NE(run.exit_code, -1) << "mpirun still runs 60 s after the kill";
+  EXPECT_NE(run.request_status, 200);
+  EXPECT_FALSE(run.rank0_alive);
 }
 
 TEST_F(MpiCliTest, ARankHungMidStepEndsTheJobNamingIt) {
-  std::unique_ptr<ServeProcess> server = ServeOnTwoRanks(*tiny_, TempPath("mpi_serve_hang.log"));
-  ASSERT_NE(server, nullptr);
-  const pid_t rank0 = RankPid(server->pid(), 0), rank1 = RankPid(server->pid(), 1);
-  const RankReaper reaper{{rank0, rank1}};
-  ASSERT_GT(rank1, 0);
-  int status = 0;
-  std::thread request = LongRequest(server->port(), 2000, &status);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  ASSERT_EQ(kill(rank1, SIGSTOP), 0);                          // alive to mpirun, silent to rank 0
-  const int code = server->Stop(0, std::chrono::seconds(60));  // the deadline is 5 s
-  EXPECT_NE(code, 0) << server->log();
-  EXPECT_FALSE(server->running()) << "mpirun still runs 60 s after the hang";
-  request.join();
+  // Stopped, rank 1 is alive to mpirun and silent to rank 0: only the deadline ends the job.
+  const BrokenRun run = BreakRankOneMidStep(*tiny_, SIGSTOP, "mpi_serve_hang.log");
+  ASSERT_TRUE(run.started);
+  EXPECT_NE(run.exit_code, 0) << run.log;
+  EXPECT_NE(run.exit_code, -1) << "mpirun still runs 60 s after the hang";
+  EXPECT_NE(run.request_status, 200);
   // Rank 0's deadline names rank 1: its part never came, or it never took rank 0's.
-  const std::string log = server->log();
-  const size_t line = log.find("dsv41: rank 0: the ");
-  ASSERT_NE(line, std::string::npos) << log;
-  const std::string message = log.substr(line, log.find('\n', line) - line);
+  const size_t line = run.log.find("dsv41: rank 0: the ");
+  ASSERT_NE(line, std::string::npos) << run.log;
+  const std::string message = run.log.substr(line, run.log.find('\n', line) - line);
   EXPECT_NE(message.find("(the deadline, --mpi-timeout)"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 1 has not"), std::string::npos) << message;
 }

@@ -40,12 +40,13 @@ Status CopyEngramRows(std::string_view table, int64_t num_rows, EngramRowLayout 
                       std::span<const std::byte> table_values,
                       std::span<const std::byte> table_scales, std::span<const int64_t> row_ids,
                       std::span<std::byte> values, std::span<std::byte> scales) {
-  return CopyHeldEngramRows(table, num_rows, IndexRange{0, num_rows}, layout, table_values,
-                            table_scales, row_ids, values, scales);
+  return CopyHeldEngramRows(table, num_rows, 0, num_rows, layout, table_values, table_scales,
+                            row_ids, values, scales);
 }
 
-Status CopyHeldEngramRows(std::string_view table, int64_t num_rows, IndexRange held,
-                          EngramRowLayout layout, std::span<const std::byte> held_values,
+Status CopyHeldEngramRows(std::string_view table, int64_t num_rows, int64_t held_begin,
+                          int64_t held_end, EngramRowLayout layout,
+                          std::span<const std::byte> held_values,
                           std::span<const std::byte> held_scales, std::span<const int64_t> row_ids,
                           std::span<std::byte> values, std::span<std::byte> scales) {
   const size_t value_bytes = static_cast<size_t>(layout.value_bytes);
@@ -61,16 +62,16 @@ Status CopyHeldEngramRows(std::string_view table, int64_t num_rows, IndexRange h
                              static_cast<int>(table.size()), table.data(),
                              static_cast<long long>(row), static_cast<long long>(num_rows));
     }
-    if (!held.contains(row)) {
+    if (row < held_begin || row >= held_end) {
       return OutOfRangeError(
           "'%.*s': row %lld is another rank's (this one holds rows [%lld, %lld))",
           static_cast<int>(table.size()), table.data(), static_cast<long long>(row),
-          static_cast<long long>(held.begin), static_cast<long long>(held.end));
+          static_cast<long long>(held_begin), static_cast<long long>(held_end));
     }
     std::memcpy(values.data() + i * value_bytes,
-                held_values.data() + layout.ValueOffset(row - held.begin), value_bytes);
+                held_values.data() + layout.ValueOffset(row - held_begin), value_bytes);
     std::memcpy(scales.data() + i * scale_bytes,
-                held_scales.data() + layout.ScaleOffset(row - held.begin), scale_bytes);
+                held_scales.data() + layout.ScaleOffset(row - held_begin), scale_bytes);
   }
   return OkStatus();
 }

@@ -81,9 +81,9 @@ class ResidentEngramRowSource final : public EngramRowSource {
 
   Status FillRows(std::span<const int64_t> row_ids, std::span<std::byte> values,
                   std::span<std::byte> scales) const override {
-    DSV41_RETURN_IF_ERROR(CopyHeldEngramRows(name_, num_rows_, held_, EngramRowLayout(row_dim_),
-                                             values_.bytes(), scales_.bytes(), row_ids, values,
-                                             scales));
+    DSV41_RETURN_IF_ERROR(CopyHeldEngramRows(name_, num_rows_, held_.begin, held_.end,
+                                             EngramRowLayout(row_dim_), values_.bytes(),
+                                             scales_.bytes(), row_ids, values, scales));
     rows_fetched_.fetch_add(row_ids.size(), std::memory_order_relaxed);
     return OkStatus();
   }

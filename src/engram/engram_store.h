@@ -21,6 +21,7 @@
 #include "base/thread_pool.h"
 #include "checkpoint/checkpoint.h"
 #include "config/layer_plan.h"
+#include "config/rank_shard.h"
 #include "engram/engram_rows.h"
 
 namespace dsv41 {
