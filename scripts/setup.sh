@@ -7,7 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libhwy-dev libpcre2-dev libicu-dev
-
+  openmpi-bin libopenmpi-dev          # multi-process runs (docs/multinode.md); optional to build
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -474,6 +474,12 @@ TEST_F(EngineTest, CreateRefusesBadOptions) {
   options = Options();
   options.num_blocks = 1;  // no room for a request
   EXPECT_EQ(Engine::Create(*model_, options, *pool_).status().code(), StatusCode::kInvalidArgument);
+  // A model loaded for rank 1 of 2 holds only that rank's routed experts: it cannot run alone.
+  Result<LoadedTextModel> rank_one = LoadedTextModel::Load(*dir_, {}, false, RankShard{1, 2});
+  ASSERT_TRUE(rank_one.ok()) << rank_one.status().ToString();
+  const Status refused = Engine::Create(*rank_one, Options(), *pool_).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("rank 1 of 2"), std::string::npos) << refused.ToString();
 }
 
 }  // namespace

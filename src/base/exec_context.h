@@ -1,10 +1,10 @@
 #pragma once
 
 // The execution context passed down the forward (DESIGN.md "One execution context"): the compute
-// thread pool, the per-step scratch arena, the numerics mode, the work counters and the observer
-// of the forward's intermediates. One per engine, made where the engine is; modules take it by
-// reference instead of a nullable pool, stats or debug pointer, and draw their temporaries from
-// the arena instead of allocating per call.
+// thread pool, the per-step scratch arena, the numerics mode, the work counters, the observer
+// of the forward's intermediates and the communicator of a multi-process run. One per engine, made
+// where the engine is; modules take it by reference instead of a nullable pool, stats or debug
+// pointer, and draw their temporaries from the arena instead of allocating per call.
 
 #include <algorithm>
 #include <cstddef>
@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/communicator.h"
 #include "base/forward_observer.h"
 #include "base/thread_pool.h"
 
@@ -109,6 +110,10 @@ struct ExecStats {
   // Σ over the weight products of max(flops / peak, weight bytes / read bandwidth) at the rates
   // of ExecContext::roofline (0 when unset): the time the products need at the machine's roofs.
   double roofline_seconds = 0;
+  // Multi-process runs (counted only there): routed (token, expert) rows of every MoE call, and
+  // of each call the most any one rank computed; busiest × ranks / rows is the imbalance.
+  uint64_t routed_rows = 0;
+  uint64_t routed_rows_busiest_rank = 0;
 };
 
 // The machine's roofs a benchmark judges weight products by (ExecStats::roofline_seconds): the
@@ -136,6 +141,10 @@ struct ExecContext {
   // What tests and tools watch of the forwards; the no-op observer unless one is installed
   // (ScopedForwardObserver).
   std::reference_wrapper<ForwardObserver> observer = ForwardObserver::None();
+  // The ranks of a multi-process run (DESIGN.md "Beyond one machine"); the single-process
+  // communicator otherwise. Its rank and size must be those the model was loaded for
+  // (LoadOptions::shard).
+  std::reference_wrapper<Communicator> comm = Communicator::SingleProcess();
 };
 
 // Installs `observer` on `ctx` for the scope's lifetime, then puts the previous one back.

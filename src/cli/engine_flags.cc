@@ -72,6 +72,10 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_option("--prompt-lookup-max", flags.prompt_lookup_max, "ngram: longest suffix to look up")
       ->capture_default_str();
   AddEngramFlags(app, flags);
+  app.add_option("--mpi-timeout", flags.mpi_timeout_s,
+                 "under mpirun: seconds a rank waits for another rank before the whole job ends "
+                 "with an error naming it")
+      ->capture_default_str();
 }
 
 void AddEngramFlags(CLI::App& app, EngineFlags& flags) {
@@ -116,10 +120,12 @@ Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineF
   const auto t0 = std::chrono::steady_clock::now();
   if (options.tier != EngramTier::kMapped || model.engram_storage == nullptr) {
     ProgressPrinter printer;
-    const Status opened = model.OpenEngramStorage(options, pool, printer.AsFn());
+    const Status opened =
+        model.OpenEngramStorage(options, pool, flags.quiet ? ProgressFn() : printer.AsFn());
     printer.Done();
     DSV41_RETURN_IF_ERROR(opened);
   }
+  if (flags.quiet) return OkStatus();
   const EngramStorage& storage = *model.engram_storage;
   const double gib = 1 << 30;
   std::string held = "nothing resident of its own";
@@ -146,11 +152,15 @@ Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineF
 
 void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags) {
   if (flags.no_prefault) {
-    std::fprintf(stderr, "weights: not prefaulted (--no-prefault): pages fault in on first use\n");
+    if (!flags.quiet) {
+      std::fprintf(stderr,
+                   "weights: not prefaulted (--no-prefault): pages fault in on first use\n");
+    }
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
   const LoadedTextModel::Prefault p = model.PrefaultWeights(pool);
+  if (flags.quiet) return;
   const double gib = static_cast<double>(p.weight_bytes) / (1 << 30);
   const double avail = static_cast<double>(p.available_bytes) / (1 << 30);
   if (p.done) {

@@ -10,6 +10,7 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/job.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
 #include "engine/output_processor.h"
@@ -34,23 +35,26 @@ int RunRun(RunFlags flags) {
     std::fprintf(stderr, "dsv41 run: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
-  if (!m.ok()) {
-    std::fprintf(stderr, "dsv41 run: %s\n", m.status().ToString().c_str());
+  Result<std::unique_ptr<Job>> job = Job::Start(flags.engine);
+  if (!job.ok()) {
+    std::fprintf(stderr, "dsv41 run: %s\n", job.status().ToString().c_str());
     return 1;
   }
+  Result<RankModel> rank =
+      LoadRankModel(**job, "dsv41 run", flags.model_dir, flags.engine, *options);
+  if (!rank.ok()) {
+    if ((*job)->leads()) std::fprintf(stderr, "dsv41 run: %s\n", rank.status().ToString().c_str());
+    return 1;
+  }
+  if (!(*job)->leads()) return (*job)->Follow("dsv41 run", rank->model, *rank->pool);
+  const LoadedTextModel* m = &rank->model;
   Result<std::vector<int32_t>> prompt = m->tokenizer->Encode(flags.prompt);
   if (!prompt.ok()) {
     std::fprintf(stderr, "dsv41 run: %s\n", prompt.status().ToString().c_str());
     return 1;
   }
-  ThreadPool pool(ComputeThreads(flags.engine));
-  PrefaultWeights(*m, pool, flags.engine);
-  if (const Status engram = OpenEngramStorage(*m, pool, flags.engine); !engram.ok()) {
-    std::fprintf(stderr, "dsv41 run: %s\n", engram.ToString().c_str());
-    return 1;
-  }
-  Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, *options, pool);
+  Result<std::unique_ptr<Engine>> engine =
+      Engine::Create(*m, *options, *rank->pool, (*job)->comm());
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv41 run: %s\n", engine.status().ToString().c_str());
     return 2;

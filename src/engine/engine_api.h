@@ -85,6 +85,8 @@ struct EngineStats {
   EngramFetchStats engram_fetch;
   EngramStoreCounters engram_store;
   uint64_t failed_steps = 0;  // steps whose requests failed because their rows could not be read
+  // EngineOptions::digest_logits: every step's logits folded together (LogitsDigest).
+  uint64_t logits_digest = 0;
 };
 
 struct AddRequestOptions {
