@@ -46,7 +46,8 @@ endfunction()
 # so DSV41_SIMD and DSV41_FAST_KERNEL force the kernels of any run (exit 77, skipped, where the
 # CPU lacks the unit asked for).
 function(dsv41_test name)
-  cmake_parse_arguments(ARG "WHOLE;SIMD_CAPS;FAST_KERNELS" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "WHOLE;SIMD_CAPS;FAST_KERNELS;AMX_KERNEL" "" "SOURCES;DEPS;LABELS"
+                        ${ARGN})
   # A job that runs `ctest -LE slow` (the sanitizer job) need not build them at all.
   if("slow" IN_LIST ARG_LABELS AND NOT DSV41_SLOW_TESTS)
     return()
@@ -86,6 +87,26 @@ function(dsv41_test name)
                                       LABELS slow SKIP_RETURN_CODE 77)
     endforeach()
   endif()
+  # AMX_KERNEL: every test once more under the AMX tile kernel forced (<test>/amx, labelled slow):
+  # on the tiles where the CPU has them, else on the scalar model of the tiles (slow; the binary
+  # says which).
+  if(ARG_AMX_KERNEL)
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_SUFFIX "/amx"
+                         EXTRA_ARGS --fast-kernel amx
+                         PROPERTIES ENVIRONMENT "DSV41_SHARED_DIR=${DSV41_SHARED_DIR}"
+                                    LABELS slow SKIP_RETURN_CODE 77)
+  endif()
+endfunction()
+
+# dsv41_test_binary(NAME SOURCES ... DEPS ...): a GoogleTest binary as dsv41_test builds it, not
+# registered with CTest (dsv41_mpi_test runs it under mpirun).
+function(dsv41_test_binary name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  dsv41_target_defaults(${name})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} dsv41_test_main GTest::gtest GTest::gmock)
+  target_compile_definitions(${name} PRIVATE DSV41_SHARED_DIR="${DSV41_SHARED_DIR}"
+                                             DSV41_SOURCE_ROOT="${CMAKE_SOURCE_DIR}")
 endfunction()
 
 # dsv41_benchmark(NAME SOURCES ... DEPS ...): a Google Benchmark program (not a test).
@@ -125,4 +146,41 @@ function(dsv41_fuzz_target name)
   dsv41_target_defaults(${name}_corpus)
   target_link_libraries(${name}_corpus PRIVATE ${ARG_DEPS} dsv41_base)
   add_test(NAME ${name}_corpus COMMAND ${name}_corpus ${ARG_CORPUS})
+endfunction()
+
+# dsv41_mpi_test(NAME TARGET NP N [BTL self,vader] [ARGS ...] [ENV VAR=VALUE ...] [LABELS ...]
+# [PASS_REGEX re]): runs test binary TARGET under `mpirun -np N` as one CTest test (every rank
+# runs it; a failure on any rank fails the job). Oversubscribed, one compute thread per rank,
+# allowed as root (containers), wrapped in `timeout` so a hung job fails instead of stalling CI.
+# Labelled `mpi`; under the sanitizers OpenMPI's own allocations that live until exit are
+# suppressed (tests/mpi/lsan.supp, with the slow unwinder so that the stacks reach OpenMPI). PASS_REGEX: the test passes on that output (a job that must
+# end in error). Nothing without MPI.
+function(dsv41_mpi_test name)
+  cmake_parse_arguments(ARG "" "TARGET;NP;BTL;PASS_REGEX;TIMEOUT" "ARGS;ENV;LABELS" ${ARGN})
+  if(NOT MPI_C_FOUND OR NOT DSV41_MPIEXEC OR NOT TARGET ${ARG_TARGET})
+    return()
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  set(mca)
+  if(ARG_BTL)
+    set(mca --mca btl ${ARG_BTL})
+  endif()
+  add_test(NAME ${name}
+           COMMAND timeout ${ARG_TIMEOUT} ${DSV41_MPIEXEC} -np ${ARG_NP} --oversubscribe ${mca}
+                   $<TARGET_FILE:${ARG_TARGET}> ${ARG_ARGS})
+  set(env DSV41_SHARED_DIR=${DSV41_SHARED_DIR} OMPI_MCA_rmaps_base_oversubscribe=1
+      OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ${ARG_ENV})
+  if(DSV41_SANITIZE)
+    # OpenMPI's plugins have no frame pointers: the slow unwinder reaches the OpenMPI frames the
+    # suppressions name (the fast one stops in the plugin, which is unloaded by then).
+    list(APPEND env LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/mpi/lsan.supp
+         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0)
+  endif()
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" LABELS "mpi;${ARG_LABELS}"
+                                          PROCESSORS 2 TIMEOUT ${ARG_TIMEOUT})
+  if(ARG_PASS_REGEX)
+    set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "${ARG_PASS_REGEX}")
+  endif()
 endfunction()

@@ -8,7 +8,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libhwy-dev libpcre2-dev libicu-dev
   libpng-dev libjpeg62-turbo-dev     # image input (vision.md §4): PNG and the JPEG decoder Pillow uses
-
+  openmpi-bin libopenmpi-dev          # multi-process runs (docs/multinode.md); optional to build
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -35,7 +35,8 @@ TEST(BenchCliTest, PrintsEveryFigure) {
        {"time_to_first_token_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
         "decode_ms_per_token", "decode_weight_mib_per_token", "decode_weight_gb_per_s",
         "read_bandwidth_gb_per_s", "fma_peak_gflops", "bf16_dot_peak_gflops",
-        "read_bandwidth_ratio", "prefill_gflops", "prefill_roof_ratio"}) {
+        "fp16_fma_peak_gflops", "amx_bf16_peak_gflops", "amx_int8_peak_gops", "matrix_unit",
+        "read_bandwidth_ratio", "prefill_gflops", "prefill_roof_ratio", "prefill_roofline_ratio"}) {
     EXPECT_NE(run.out.find(field), std::string::npos) << field << " missing from:\n" << run.out;
   }
 }
@@ -57,9 +58,30 @@ TEST(BenchCliTest, JsonLinesCarryTheRatiosAndTheirParts) {
     for (const char* key :
          {"concurrency", "decode_tokens_per_s", "tpot_ms_median", "ttft_ms_median",
           "read_bandwidth_ratio", "prefill_gflops", "fma_roof_gflops", "prefill_roof_ratio",
-          "decode_weight_bytes_per_token", "decode_weight_gb_per_s", "read_bandwidth_gb_per_s"}) {
+          "decode_weight_bytes_per_token", "decode_weight_gb_per_s", "read_bandwidth_gb_per_s",
+          "matrix_unit_peak_gflops", "fma_peak_gflops", "bf16_dot_peak_gflops",
+          "fp16_fma_peak_gflops", "amx_bf16_peak_gflops", "amx_int8_peak_gops",
+          "prefill_roofline_ratio"}) {
       ASSERT_TRUE(j->contains(key) && (*j)[key].is_number()) << key << " in " << line;
     }
+    // The matrix unit is the fastest exact unit measured, and its peak the roof.
+    ASSERT_TRUE(j->contains("matrix_unit") && (*j)["matrix_unit"].is_string()) << line;
+    const std::string unit = (*j)["matrix_unit"].get<std::string>();
+    const char* peak_key = unit == "amx-bf16"      ? "amx_bf16_peak_gflops"
+                           : unit == "avx512-bf16" ? "bf16_dot_peak_gflops"
+                                                   : "fma_peak_gflops";
+    ASSERT_TRUE(unit == "amx-bf16" || unit == "avx512-bf16" || unit == "fp32-fma") << unit;
+    const double peak = (*j)["matrix_unit_peak_gflops"].get<double>();
+    EXPECT_EQ(peak, (*j)[peak_key].get<double>());
+    EXPECT_EQ(peak, (*j)["fma_roof_gflops"].get<double>());
+    for (const char* other : {"amx_bf16_peak_gflops", "bf16_dot_peak_gflops", "fma_peak_gflops"}) {
+      EXPECT_LE((*j)[other].get<double>(), peak) << other;
+    }
+    // The products' time at the roofs cannot exceed the measured prefill time by more than the
+    // peaks' own noise (they are the best of three passes, the prefill one run), nor vanish.
+    const double roofline = (*j)["prefill_roofline_ratio"].get<double>();
+    EXPECT_GT(roofline, 0.0);
+    EXPECT_LT(roofline, 1.5);
     EXPECT_GT((*j)["decode_tokens_per_s"].get<double>(), 0.0);
     EXPECT_GT((*j)["decode_weight_bytes_per_token"].get<double>(), 0.0);
     EXPECT_GT((*j)["prefill_gflops"].get<double>(), 0.0);

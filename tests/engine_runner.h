@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,15 @@ struct Generated {
   FinishReason finish = FinishReason::kNone;
   int64_t cached_tokens = 0;
 };
+
+// `n` token ids drawn uniformly from [3, vocab) by mt19937(seed) (ids 0..2 are BOS, EOS, pad).
+inline std::vector<int32_t> RandomPrompt(uint32_t seed, int32_t n, int32_t vocab) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> id(3, vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (int32_t& t : ids) t = id(rng);
+  return ids;
+}
 
 // Token ids and the bits of every logprob (and top list) equal.
 inline bool SameLogprobs(const std::vector<SampledToken>& a, const std::vector<SampledToken>& b) {

@@ -78,11 +78,7 @@ class EngineTest : public ::testing::Test {
   }
 
   static std::vector<int32_t> Prompt(uint32_t seed, int32_t n) {
-    std::mt19937 rng(seed);
-    std::uniform_int_distribution<int32_t> id(3, model_->config().vocab_size - 1);
-    std::vector<int32_t> ids(n);
-    for (int32_t& t : ids) t = id(rng);
-    return ids;
+    return RandomPrompt(seed, n, model_->config().vocab_size);
   }
 
   static EngineOptions Options(int32_t block_tokens = 2, KvProfile profile = KvProfile::kSeed) {
@@ -478,6 +474,12 @@ TEST_F(EngineTest, CreateRefusesBadOptions) {
   options = Options();
   options.num_blocks = 1;  // no room for a request
   EXPECT_EQ(Engine::Create(*model_, options, *pool_).status().code(), StatusCode::kInvalidArgument);
+  // A model loaded for rank 1 of 2 holds only that rank's routed experts: it cannot run alone.
+  Result<LoadedTextModel> rank_one = LoadedTextModel::Load(*dir_, {}, false, RankShard{1, 2});
+  ASSERT_TRUE(rank_one.ok()) << rank_one.status().ToString();
+  const Status refused = Engine::Create(*rank_one, Options(), *pool_).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("rank 1 of 2"), std::string::npos) << refused.ToString();
 }
 
 }  // namespace

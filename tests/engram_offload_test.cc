@@ -398,6 +398,54 @@ TEST_F(EngramOffloadTest, SlowStoreGivesTheSameBitsWithPrefetchOnAndOff) {
   model_->engram_storage.reset();  // before `base`, which it points into
 }
 
+// Aborts while a slow store's rows are being fetched ahead (real-weight-traps.md E5): a long
+// prompt prefilled in chunks is aborted after each of its first steps, another after its first
+// decode step; the request that stays gets the bits it gets alone, the prefetcher never reads a
+// freed request's state (its step's row ids are its own copy; the sanitizer job runs this), and
+// every block comes back.
+TEST_F(EngramOffloadTest, AbortsDuringPrefetchLeaveTheOthersAndTheBlocksIntact) {
+  const std::vector<int32_t> survivor_prompt = Prompt(21, 18);
+  const std::vector<int32_t> victim_prompt = Prompt(22, 40);
+  const std::vector<Generated> want = Run(Options(8, true), {survivor_prompt});
+  std::unique_ptr<EngramStorage> base = Open({.tier = EngramTier::kResident});
+  ASSERT_NE(base, nullptr);
+  std::vector<std::unique_ptr<EngramRowSource>> slow;
+  for (int32_t slot = 0; slot < base->num_tables(); ++slot) {
+    slow.push_back(
+        std::make_unique<SlowRowSource>(base->table(slot), std::chrono::microseconds(2000)));
+  }
+  model_->engram_storage = std::make_unique<EngramStorage>(EngramStoreOptions{}, std::move(slow));
+  for (int abort_after : {1, 2, 5}) {  // steps of the victim's chunked prefill, or its decode
+    SCOPED_TRACE("abort after step " + std::to_string(abort_after));
+    Result<std::unique_ptr<Engine>> engine = Engine::Create(*model_, Options(8, true), *pool_);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    Result<uint64_t> victim = (*engine)->AddRequest(victim_prompt, Greedy(5));
+    Result<uint64_t> survivor = (*engine)->AddRequest(survivor_prompt, Greedy(5));
+    Result<uint64_t> short_victim = (*engine)->AddRequest(Prompt(23, 3), Greedy(9));
+    ASSERT_TRUE(victim.ok() && survivor.ok() && short_victim.ok());
+    std::vector<int32_t> tokens;
+    for (int step = 0; (*engine)->HasUnfinished(); ++step) {
+      if (step == abort_after) {
+        ASSERT_TRUE((*engine)->Abort(*victim).ok());
+        ASSERT_TRUE((*engine)->Abort(*short_victim).ok());
+      }
+      Result<std::vector<RequestOutput>> outputs = (*engine)->Step();
+      ASSERT_TRUE(outputs.ok()) << outputs.status().ToString();
+      for (const RequestOutput& o : *outputs) {
+        if (o.request_id == *survivor) {
+          tokens.insert(tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        }
+      }
+      ASSERT_LT(step, 1000);
+    }
+    EXPECT_EQ(tokens, want[0].tokens);
+    EXPECT_TRUE((*engine)->CheckConsistency().ok());
+    const EngineStats stats = (*engine)->stats();
+    EXPECT_EQ(stats.free_blocks, stats.total_blocks);
+  }
+  model_->engram_storage.reset();  // before `base`, which it points into
+}
+
 TEST_F(EngramOffloadTest, ReadErrorFailsThatStepsRequestsAndTheEngineServesOn) {
   const std::vector<int32_t> prompt = Prompt(8, 20);
   const std::vector<Generated> want = Run(Options(64, true), {prompt});

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/poison.h"
 #include "base/thread_pool.h"
 #include "engine/model_runner.h"
 #include "engram/hash_constants.h"
@@ -248,6 +250,27 @@ TEST_F(ForwardTest, FastNumericsStayNearTheReferenceAtStablePositions) {
 }
 #endif
 
+// Memory handed out uninitialised (arena spans, KV cache pages) is never read before it is
+// written (real-weight-traps.md R7): with it filled with 0xFF bytes — NaN in fp32 and bf16 —
+// one-shot and chunked prefill give the bits of a run on zeroed memory.
+TEST_F(ForwardTest, PoisonedFreshMemoryChangesNoBit) {
+  const std::vector<int32_t> ids = Prompt(13, kPromptTokens);
+  const bool was = PoisonFreshMemory();
+  SetPoisonFreshMemory(false);
+  const std::vector<float> clean = RunChunked(ids, kPromptTokens);
+  SetPoisonFreshMemory(true);
+  {
+    ContiguousKvCache poisoned = NewCache();
+    EXPECT_TRUE(std::isnan(poisoned.SwaRow(0, 0).at(0))) << "the switch poisons the cache";
+  }
+  OwnedExecContext fresh(2);
+  const std::vector<float> one_shot = RunChunked(ids, kPromptTokens, fresh.ctx);
+  const std::vector<float> chunked = RunChunked(ids, 7, fresh.ctx);
+  SetPoisonFreshMemory(was);
+  EXPECT_TRUE(SameBits(one_shot, clean));
+  EXPECT_TRUE(SameBits(chunked, clean));
+}
+
 TEST_F(ForwardTest, ThreadCountDoesNotChangeBits) {
   const std::vector<int32_t> ids = Prompt(8, kPromptTokens);
   OwnedExecContext three(3);
@@ -308,6 +331,7 @@ TEST_F(ForwardTest, RefusesMalformedBatches) {
   Batch batch;
   AppendSlice({5, 6}, 0, 2, cache.block_tables(), 1, batch);
   auto forward = [&] { return Forward(batch, cache.view(), logits, Serial()); };
+  const std::vector<float> swa_before = cache.SwaRow(0, 0);  // zeros, or the poison's NaNs
 
   // A block table that ends before the step's positions (no block id for positions 64..65).
   batch.requests[0].start_pos = 64;
@@ -344,8 +368,8 @@ TEST_F(ForwardTest, RefusesMalformedBatches) {
   batch.token_ids = {5, model_->vocab_size()};  // not a token id
   s = forward();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  // The zero-filled storage is untouched: position 0's SWA row still decodes to zeros.
-  EXPECT_EQ(cache.SwaRow(0, 0), std::vector<float>(model_->config().head_dim, 0.0f))
+  // The storage is untouched: position 0's SWA row still decodes to what it held.
+  EXPECT_TRUE(SameBits(cache.SwaRow(0, 0), swa_before))
       << "a refused batch must leave the cache untouched";
 }
 

@@ -36,6 +36,47 @@ TEST(PlanCliTest, ReleasedConfigPrintsTheSpecPages) {
   EXPECT_NE(text.out.find("page 147712 B"), std::string::npos) << text.out;
 }
 
+// `--ranks N` (issue 20): the routed experts and Engram rows of the release split between the
+// ranks add up to one rank's, everything else is on every rank, and more ranks never fit worse.
+TEST(PlanCliTest, RanksSplitTheExpertsAndEngramRowsOfTheRelease) {
+  auto plan = [](int ranks) {
+    const RunResult run =
+        RunCommand(kDsv41Binary + " plan --released --json --ranks " + std::to_string(ranks));
+    EXPECT_EQ(run.exit_code, 0);
+    Result<Json> json = ParseJson(run.out, "dsv41 plan --json --ranks");
+    EXPECT_TRUE(json.ok()) << json.status().ToString();
+    return json.ok() ? (*json)["ranks"] : Json();
+  };
+  const Json one = plan(1);
+  ASSERT_EQ(one["per_rank"].size(), 1u);
+  const Json& all = one["per_rank"][0];
+  const Json weights = [&] {
+    const RunResult run = RunCommand(kDsv41Binary + " plan --released --json");
+    return ParseJson(run.out, "plan").value()["weight_bytes"];
+  }();
+  EXPECT_EQ(all["engram_row_bytes"].get<uint64_t>(), weights["engram tables"].get<uint64_t>());
+  bool fitted_256 = false;
+  for (int ranks : {2, 3, 4}) {
+    const Json r = plan(ranks);
+    ASSERT_EQ(r["per_rank"].size(), static_cast<size_t>(ranks));
+    uint64_t experts = 0, engram = 0;
+    for (const Json& rank : r["per_rank"]) {
+      experts += rank["routed_expert_bytes"].get<uint64_t>();
+      engram += rank["engram_row_bytes"].get<uint64_t>();
+      EXPECT_EQ(rank["replicated_bytes"], all["replicated_bytes"]) << ranks << " ranks";
+      EXPECT_LT(rank["bytes_engram_in_memory"].get<uint64_t>(),
+                all["bytes_engram_in_memory"].get<uint64_t>());
+    }
+    EXPECT_EQ(experts, all["routed_expert_bytes"].get<uint64_t>()) << ranks << " ranks";
+    EXPECT_EQ(engram, all["engram_row_bytes"].get<uint64_t>()) << ranks << " ranks";
+    const bool fits_256 = r["fits"]["256GB"]["engram_in_memory"].get<bool>();
+    EXPECT_TRUE(fits_256 || !fitted_256) << "fewer ranks fitted, " << ranks << " do not";
+    fitted_256 = fits_256;
+  }
+  EXPECT_NE(RunCommand(kDsv41Binary + " plan --released --ranks 2").out.find("512 GB machine"),
+            std::string::npos);
+}
+
 // Trap list K3 / L6: one request of the release's whole context (2^20 positions) is sized in 64
 // bits: 8192 KV blocks of 128 tokens plus its ring and window ids, 8213 ids × 540928 B past 4 GiB;
 // a budget that holds it says so, and a length past max_position_embeddings is refused.
@@ -48,9 +89,9 @@ TEST(PlanCliTest, ReleasedConfigSizesAMillionTokenRequestWithoutOverflow) {
   const Json& request = (*json)["request"];
   EXPECT_EQ(request["context_tokens"].get<int64_t>(), 1048576);
   EXPECT_EQ(request["kv_ids"].get<int64_t>(), 1048576 / 128);
-  const int64_t ids = request["kv_ids"].get<int64_t>() + request["ring_ids"].get<int64_t>() +
-                      request["window_ids_per_group"].get<int64_t>() *
-                          request["num_window_groups"].get<int64_t>();
+  const int64_t ids =
+      request["kv_ids"].get<int64_t>() + request["ring_ids"].get<int64_t>() +
+      request["window_ids_per_group"].get<int64_t>() * request["num_window_groups"].get<int64_t>();
   EXPECT_EQ(request["block_ids"].get<int64_t>(), ids);
   EXPECT_EQ(request["bytes"].get<uint64_t>(), static_cast<uint64_t>(ids) * 540928u);
   EXPECT_GT(request["bytes"].get<uint64_t>(), uint64_t{1} << 32);

@@ -97,14 +97,16 @@ struct Coverage {
 // candidate source's mask) against the naive reference over the scores the indexer reported.
 class SelectionRecorder final : public ForwardObserver {
  public:
-  SelectionRecorder(const ModelConfig& config, const LayerPlan& plan)
-      : config_(config), plan_(plan) {}
+  // `with_scores`: also take every index source's scores and recheck the top-k and candidates
+  // against them (the indexer then scores each request in one pass).
+  SelectionRecorder(const ModelConfig& config, const LayerPlan& plan, bool with_scores = true)
+      : config_(config), plan_(plan), with_scores_(with_scores) {}
 
   RunSelections selections;
   Coverage coverage;
 
   bool WantsSelections() const override { return true; }
-  bool WantsIndexerScores() const override { return true; }
+  bool WantsIndexerScores() const override { return with_scores_; }
   void OnIndexerScores(int32_t layer, size_t /*request_idx*/, std::span<const float> s,
                        std::span<const uint8_t> /*tie*/) override {
     scores_[layer].assign(s.begin(), s.end());
@@ -124,7 +126,7 @@ class SelectionRecorder final : public ForwardObserver {
         EXPECT_TRUE(std::none_of(picks.begin(), picks.end(), [](int32_t e) { return e < 0; }));
       }
       if (role.is_candidate_source) RecordCandidates(layer, s, t, visible);
-      if (!role.is_index_source) continue;
+      if (!role.is_index_source || !with_scores_) continue;
       const std::vector<float>& all = scores_.at(layer);
       ASSERT_EQ(all.size(), static_cast<size_t>(s.num_tokens) * n);
       const std::span<const float> row = std::span<const float>(all).subspan(t * n, n);
@@ -154,12 +156,14 @@ class SelectionRecorder final : public ForwardObserver {
     ASSERT_EQ(s.candidates.size(), static_cast<size_t>(s.num_tokens) * n);
     if (t == 0) masks_[layer].assign(s.candidates.begin(), s.candidates.end());
     const auto mask = s.candidates.subspan(static_cast<size_t>(t) * n, n);
-    const std::vector<float>& all = scores_.at(layer);
-    const std::vector<uint8_t> want =
-        NaiveCandidateMask(std::span<const float>(all).subspan(t * n, n), visible,
-                           config_.candidate_topk_blocks, config_.candidate_block_size);
-    EXPECT_TRUE(std::equal(want.begin(), want.end(), mask.begin()))
-        << "candidates of layer " << layer << " position " << s.start_pos + t;
+    if (with_scores_) {
+      const std::vector<float>& all = scores_.at(layer);
+      const std::vector<uint8_t> want =
+          NaiveCandidateMask(std::span<const float>(all).subspan(t * n, n), visible,
+                             config_.candidate_topk_blocks, config_.candidate_block_size);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), mask.begin()))
+          << "candidates of layer " << layer << " position " << s.start_pos + t;
+    }
     std::vector<uint8_t>& out = selections.candidates[layer];
     out.insert(out.end(), mask.begin(), mask.begin() + visible);
     const int64_t kept = std::count(mask.begin(), mask.begin() + visible, uint8_t{1});
@@ -171,6 +175,7 @@ class SelectionRecorder final : public ForwardObserver {
 
   const ModelConfig& config_;
   const LayerPlan& plan_;
+  const bool with_scores_;
   std::map<int32_t, std::vector<float>> scores_;   // this forward's, by index layer
   std::map<int32_t, std::vector<uint8_t>> masks_;  // this forward's, by candidate source
 };
@@ -240,8 +245,11 @@ class SelectionTest : public ::testing::Test {
 
   // Runs `ids` through one request as forwards of the given sizes (summing to its length), with
   // the official index-key slot on or off; returns every position's logits and the selections.
+  // `score_budget_bytes` > 0: the indexer's score budget (ExecContext), selections recorded
+  // without the scores (which would make the indexer score in one pass).
   static RunResult Run(const std::vector<int32_t>& ids, const std::vector<int32_t>& chunks,
-                       bool official_slot = false, bool observe = true) {
+                       bool official_slot = false, bool observe = true,
+                       size_t score_budget_bytes = 0) {
     RunResult result;
     Result<ContiguousKvCache> cache = ContiguousKvCache::Create(
         config(), model_->plan(), static_cast<int64_t>(ids.size()), KvProfile::kSeed, 0, 1);
@@ -250,7 +258,9 @@ class SelectionTest : public ::testing::Test {
     static OwnedExecContext* exec = new OwnedExecContext(1);
     ExecContext& ctx = exec->ctx;
     ctx.official_index_key_slot = official_slot;
-    SelectionRecorder recorder(config(), model_->plan());
+    const size_t default_budget = ctx.indexer_score_budget_bytes;
+    if (score_budget_bytes > 0) ctx.indexer_score_budget_bytes = score_budget_bytes;
+    SelectionRecorder recorder(config(), model_->plan(), score_budget_bytes == 0);
     std::optional<ScopedForwardObserver> watch;
     if (observe) watch.emplace(ctx, recorder);
     std::vector<int32_t> classes(ids.size());
@@ -278,6 +288,7 @@ class SelectionTest : public ::testing::Test {
       start += n;
     }
     ctx.official_index_key_slot = false;
+    ctx.indexer_score_budget_bytes = default_budget;
     EXPECT_EQ(start, static_cast<int32_t>(ids.size()));
     result.selections = std::move(recorder.selections);
     result.coverage = recorder.coverage;
@@ -363,6 +374,19 @@ TEST_P(SelectionLongPromptTest, ChunkedAndDecodeSelectLikeOneShotPrefill) {
     EXPECT_TRUE(run.selections.entries == one_shot.selections.entries) << what;
     EXPECT_TRUE(run.selections.candidates == one_shot.selections.candidates) << what;
     EXPECT_TRUE(SameBits(run.logits, one_shot.logits)) << what;
+  }
+  // The indexer's score matrix within a small budget (trap K3): the new tokens scored in passes
+  // of 16 and of 64, one-shot and in chunks of 64, select, filter and compute alike.
+  for (const size_t budget : {size_t{1}, size_t{64} * length * 4}) {
+    for (const std::vector<int32_t>& schedule :
+         {std::vector<int32_t>{length}, Chunks(length, 64)}) {
+      const RunResult run = Run(ids, schedule, false, true, budget);
+      const std::string what = "budget " + std::to_string(budget) + " B, " +
+                               std::to_string(schedule.size()) + " forwards";
+      EXPECT_TRUE(run.selections.entries == one_shot.selections.entries) << what;
+      EXPECT_TRUE(run.selections.candidates == one_shot.selections.candidates) << what;
+      EXPECT_TRUE(SameBits(run.logits, one_shot.logits)) << what;
+    }
   }
 }
 

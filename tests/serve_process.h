@@ -24,13 +24,19 @@ namespace dsv41 {
 
 class ServeProcess {
  public:
-  // Starts `dsv41 serve MODEL_DIR --port 0 <args>`; nullptr (with the log in `error`) when it
+  // Starts `dsv41 serve MODEL_DIR --port 0 <args>`, behind `launcher` when given (e.g. mpirun
+  // and its flags; its first word an absolute path); nullptr (with the log in `error`) when it
   // exits or is not ready within `timeout`.
   static std::unique_ptr<ServeProcess> Start(
       const std::string& model_dir, const std::vector<std::string>& args,
       const std::string& log_path, std::string* error,
-      std::chrono::seconds timeout = std::chrono::seconds(120)) {
-    std::vector<std::string> argv = {DSV41_BINARY, "serve", model_dir, "--port", "0"};
+      std::chrono::seconds timeout = std::chrono::seconds(120),
+      const std::vector<std::string>& launcher = {}) {
+    std::vector<std::string> argv = launcher;
+    for (const char* a : {DSV41_BINARY, "serve"}) argv.push_back(a);
+    for (const std::string& a : {model_dir, std::string("--port"), std::string("0")}) {
+      argv.push_back(a);
+    }
     argv.insert(argv.end(), args.begin(), args.end());
     // A fresh log each time: the port is read from it.
     std::remove(log_path.c_str());
@@ -78,6 +84,7 @@ class ServeProcess {
   }
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   bool running() {
     if (pid_ <= 0) return false;
     int status = 0;

@@ -324,6 +324,61 @@ TEST_P(SpeculativeForcedTest, ForcedAcceptancesAndRejectionsGiveThePlainTokens) 
   }
 }
 
+// The ends a real draft block meets (real-weight-traps.md S1), with every draft right (K = 5, a
+// verify emits up to 6 tokens): a stop token at a position inside a verify block, and a length
+// cap that falls inside one, end the request where the plain run ends it — the same tokens,
+// logprobs and finish reason, nothing after the stop; and the history sent again as a new prompt
+// to the same engine hits the prefix cache that the cut request left, with the bits of a fresh
+// engine.
+TEST_P(SpeculativeForcedTest, StopAndLengthInsideAnAcceptedBlockEndLikeThePlainRun) {
+  const LoadedTextModel& m = M();
+  const std::vector<int32_t> prompt = RandomPrompt(m, 40, 13);
+  const std::vector<Generated> plain = RunEngine(m, Options(), {prompt}, {Greedy(16)});
+  const std::vector<int32_t>& continuation = plain[0].tokens;
+  ASSERT_EQ(continuation.size(), 16u);
+  // The first token comes from the prefill, the verify steps then cover [1, 7), [7, 13), ...: a
+  // stop at index 3..5 or 9..11 lies inside a block. Take the first such index whose token did not
+  // occur before it.
+  int32_t stop_at = -1;
+  for (int32_t j : {3, 4, 5, 9, 10, 11}) {
+    if (std::find(continuation.begin(), continuation.begin() + j, continuation[j]) ==
+        continuation.begin() + j) {
+      stop_at = j;
+      break;
+    }
+  }
+  ASSERT_GE(stop_at, 0) << "no fresh token inside a block";
+  EngineOptions spec_options = Options(SpeculativeMethod::kDspark, 5);
+  spec_options.speculative.custom_drafter = KnowingDrafter(
+      {prompt}, {continuation}, m.config().vocab_size, [](int64_t, int32_t) { return true; });
+
+  SamplingParams stop = Greedy(16);
+  stop.ignore_eos = false;
+  stop.stop_token_ids = {continuation[stop_at]};
+  SamplingParams cap = Greedy(stop_at + 1);
+  for (const SamplingParams& params : {stop, cap}) {
+    SCOPED_TRACE(params.stop_token_ids.empty() ? "length cap" : "stop token");
+    const Generated want = RunEngine(m, Options(), {prompt}, {params}).at(0);
+    ASSERT_EQ(want.tokens.size(), static_cast<size_t>(stop_at + 1));
+    EngineStats stats;
+    const Generated got = RunEngine(m, spec_options, {prompt}, {params}, {}, &stats).at(0);
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_TRUE(SameLogprobs(got.logprobs, want.logprobs));
+    EXPECT_EQ(got.finish, want.finish);
+    EXPECT_GT(stats.num_accepted_tokens, 0u);
+    // The history again, after the cut request ended, in the same engine: a prefix hit with a
+    // fresh engine's bits.
+    std::vector<int32_t> again = prompt;
+    again.insert(again.end(), got.tokens.begin(), got.tokens.end());
+    const std::vector<Generated> both =
+        RunEngine(m, spec_options, {prompt, again}, {params, Greedy(4)}, {0, 40});
+    const Generated fresh = RunEngine(m, Options(), {again}, {Greedy(4)}).at(0);
+    EXPECT_GT(both[1].cached_tokens, 0);
+    EXPECT_EQ(both[1].tokens, fresh.tokens);
+    EXPECT_TRUE(SameLogprobs(both[1].logprobs, fresh.logprobs));
+  }
+}
+
 // After verify steps that rejected drafts, the request's history and every row the next step or
 // the next draft reads are those of a run that never speculated, at every length both reached —
 // for the row profiles and block sizes (the smallest: a verify spans several blocks and its

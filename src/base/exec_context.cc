@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/poison.h"
+
 namespace dsv41 {
 namespace {
 
@@ -38,6 +40,7 @@ void* StepArena::AllocBytes(size_t bytes) {
   void* p = reinterpret_cast<void*>(AlignUp(base) + top_.offset);
   top_.offset += bytes;
   top_.used += bytes;
+  PoisonIfAsked(p, bytes);
   high_water_ = std::max(high_water_, top_.used);
   return p;
 }

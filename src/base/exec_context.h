@@ -1,10 +1,10 @@
 #pragma once
 
 // The execution context passed down the forward (DESIGN.md "One execution context"): the compute
-// thread pool, the per-step scratch arena, the numerics mode, the work counters and the observer
-// of the forward's intermediates. One per engine, made where the engine is; modules take it by
-// reference instead of a nullable pool, stats or debug pointer, and draw their temporaries from
-// the arena instead of allocating per call.
+// thread pool, the per-step scratch arena, the numerics mode, the work counters, the observer
+// of the forward's intermediates and the communicator of a multi-process run. One per engine, made
+// where the engine is; modules take it by reference instead of a nullable pool, stats or debug
+// pointer, and draw their temporaries from the arena instead of allocating per call.
 
 #include <algorithm>
 #include <cstddef>
@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/communicator.h"
 #include "base/forward_observer.h"
 #include "base/thread_pool.h"
 
@@ -94,6 +95,7 @@ enum class Numerics : uint8_t {
   kReference,    // exact products accumulated in double, rounded once (the slow comparison path)
   kFastFma,      // the fp32-FMA kernel even where the bf16 dot product is faster (tests, benches)
   kFastBf16Dot,  // the bf16 dot-product kernel where the CPU has one (tests, benches)
+  kFastAmx,      // the AMX-BF16 tile kernel; its scalar model where the CPU has no tiles (tests)
   // Exact products summed in plain fp32, in index order: the goldens' noise probe
   // (stability_gemm32). A legal order too; the distance of its logits from kReference's says
   // which positions the accumulation-order freedom can move (tests: noise-stable positions).
@@ -105,6 +107,20 @@ enum class Numerics : uint8_t {
 struct ExecStats {
   uint64_t weight_bytes = 0;  // stored weight bytes read: each matrix once per product call
   uint64_t weight_macs = 0;   // multiply-adds of the weight products (out · in · rows)
+  // Σ over the weight products of max(flops / peak, weight bytes / read bandwidth) at the rates
+  // of ExecContext::roofline (0 when unset): the time the products need at the machine's roofs.
+  double roofline_seconds = 0;
+  // Multi-process runs (counted only there): routed (token, expert) rows of every MoE call, and
+  // of each call the most any one rank computed; busiest × ranks / rows is the imbalance.
+  uint64_t routed_rows = 0;
+  uint64_t routed_rows_busiest_rank = 0;
+};
+
+// The machine's roofs a benchmark judges weight products by (ExecStats::roofline_seconds): the
+// matrix unit's peak and the read bandwidth; zero: not counted.
+struct RooflineRates {
+  double peak_flops_per_second = 0;
+  double read_bytes_per_second = 0;
 };
 
 // What every forward function receives. The pool runs one ParallelFor at a time; the arena is
@@ -117,10 +133,18 @@ struct ExecContext {
   // keys" slot (model.md §7.5 "Which keys an index source scores against"; model/index_key_slot.h)
   // instead of the clean rule. Off by default; for comparisons with the official code only.
   bool official_index_key_slot = false;
+  // The most a request's indexer score matrix may take in the arena: longer contexts score their
+  // new tokens in passes (model/indexer_sizing.h), with the same results.
+  size_t indexer_score_budget_bytes = size_t{64} << 20;
   ExecStats stats = {};  // what the forwards run on this context read and computed, cumulative
+  RooflineRates roofline = {};  // benchmarks: the rates stats.roofline_seconds is counted at
   // What tests and tools watch of the forwards; the no-op observer unless one is installed
   // (ScopedForwardObserver).
   std::reference_wrapper<ForwardObserver> observer = ForwardObserver::None();
+  // The ranks of a multi-process run (DESIGN.md "Beyond one machine"); the single-process
+  // communicator otherwise. Its rank and size must be those the model was loaded for
+  // (LoadOptions::shard).
+  std::reference_wrapper<Communicator> comm = Communicator::SingleProcess();
 };
 
 // Installs `observer` on `ctx` for the scope's lifetime, then puts the previous one back.

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/cpu_features.h"
 #include "base/thread_pool.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -140,9 +141,66 @@ __attribute__((target("avx512f,avx512bf16"))) float Bf16DotChains(int64_t iters,
 bool HasBf16Dot() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 }
+
+// `iters` rounds of 16 independent AVX512-FP16 multiply-add chains (32 halves each).
+__attribute__((target("avx512fp16"))) float Fp16FmaChains(int64_t iters, float seed) {
+  constexpr int kChains = 16;
+  __m512h acc[kChains];
+  for (int c = 0; c < kChains; ++c) {
+    acc[c] = _mm512_set1_ph(static_cast<_Float16>(seed + 0.001f * static_cast<float>(c)));
+  }
+  const __m512h mul = _mm512_set1_ph(static_cast<_Float16>(0.999f));
+  const __m512h add = _mm512_set1_ph(static_cast<_Float16>(1e-3f));
+  for (int64_t i = 0; i < iters; ++i) {
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ph(acc[c], mul, add);
+  }
+  __m512h sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ph(sum, acc[c]);
+  return static_cast<float>(_mm512_reduce_add_ph(sum));
+}
+
+// `iters` rounds of 4 independent tile products (accumulators tmm0..3, operands tmm4..7), each
+// 16 × 16 outputs over 32 bf16 pairs (`int8`: TDPBSSD, 64 int8 pairs); a value of the results.
+template <bool kInt8>
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) float AmxChains(int64_t iters, float seed) {
+  const AmxTileConfig config;
+  _tile_loadconfig(&config);
+  alignas(64) uint16_t operand[16 * 32];
+  for (uint16_t& v : operand) v = kInt8 ? 0x0101 : 0x3A83;  // int8 1s, or bf16 ~1e-3
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t i = 0; i < iters; ++i) {
+    if constexpr (kInt8) {
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    } else {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(3, out, 64);
+  _tile_release();
+  return seed + out[0] + out[255];
+}
 #else
 float Bf16DotChains(int64_t, float) { return 0.0f; }
 bool HasBf16Dot() { return false; }
+float Fp16FmaChains(int64_t, float) { return 0.0f; }
+template <bool kInt8>
+float AmxChains(int64_t, float) {
+  return 0.0f;
+}
 #endif
 
 // Best of 3 passes of `chain(iters, seed)` on every thread; flops_per_round: per thread and round.
@@ -183,7 +241,56 @@ MachineLimits MeasureMachineLimits(ThreadPool& pool, const MachineLimitsOptions&
     limits.bf16_dot_flops_per_second =
         MeasurePeak(pool, options.fma_iterations, 16.0 * 32.0 * 2.0, Bf16DotChains);
   }
+  if (CpuHasAvx512Fp16()) {
+    limits.fp16_fma_flops_per_second =
+        MeasurePeak(pool, options.fma_iterations, 16.0 * 32.0 * 2.0, Fp16FmaChains);
+  }
+  // 4 tile products × 16 × 16 outputs × 32 bf16 (64 int8) pairs × 2 per round.
+  const int64_t tile_rounds = std::max<int64_t>(1, options.fma_iterations / 16);
+  if (CpuHasAmxBf16()) {
+    limits.amx_bf16_flops_per_second =
+        MeasurePeak(pool, tile_rounds, 4.0 * 16 * 16 * 32 * 2, AmxChains<false>);
+  }
+  if (CpuHasAmxInt8()) {
+    limits.amx_int8_ops_per_second =
+        MeasurePeak(pool, tile_rounds, 4.0 * 16 * 16 * 64 * 2, AmxChains<true>);
+  }
   return limits;
+}
+
+const char* MatrixUnitName(MatrixUnit unit) {
+  switch (unit) {
+    case MatrixUnit::kFp32Fma:
+      return "fp32-fma";
+    case MatrixUnit::kAvx512Bf16:
+      return "avx512-bf16";
+    case MatrixUnit::kAmxBf16:
+      return "amx-bf16";
+  }
+  return "?";
+}
+
+MatrixUnit MachineLimits::matrix_unit() const {
+  MatrixUnit best = MatrixUnit::kFp32Fma;
+  double peak = fma_flops_per_second;
+  if (bf16_dot_flops_per_second > peak) {
+    best = MatrixUnit::kAvx512Bf16;
+    peak = bf16_dot_flops_per_second;
+  }
+  if (amx_bf16_flops_per_second > peak) best = MatrixUnit::kAmxBf16;
+  return best;
+}
+
+double MachineLimits::compute_roof_flops_per_second() const {
+  switch (matrix_unit()) {
+    case MatrixUnit::kFp32Fma:
+      return fma_flops_per_second;
+    case MatrixUnit::kAvx512Bf16:
+      return bf16_dot_flops_per_second;
+    case MatrixUnit::kAmxBf16:
+      return amx_bf16_flops_per_second;
+  }
+  return 0.0;
 }
 
 }  // namespace dsv41

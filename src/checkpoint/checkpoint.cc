@@ -313,7 +313,9 @@ Status ShardedCheckpointWriter::Finish(const ProgressFn& progress) {
   }
   tensors_.clear();
 
-  OrderedJson index = OrderedJson::object();
+  // Json's keys are sorted ("metadata" before "weight_map", tensors by name, as HF writes them)
+  // and inserted in O(log n); ordered_json would search linearly per tensor.
+  Json index = Json::object();
   index["metadata"] = {{"total_size", total_bytes_}};
   index["weight_map"] = weight_map;
   return WriteStringToFile(JoinPath(dir_, kCheckpointIndexFile), index.dump(2) + "\n");

@@ -44,8 +44,8 @@ Status AddAll(const Checkpoint& checkpoint, const std::vector<std::string>& name
     const bool is_scale = name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0;
     if (options.scale_dtype && is_scale && IsE8m0ScaleDType(dtype)) dtype = *options.scale_dtype;
     const std::span<const std::byte> bytes = view.bytes;
-    DSV41_RETURN_IF_ERROR(writer.Add(name, dtype, view.shape,
-                                     [bytes](const ByteSink& sink) { return sink(bytes); }));
+    DSV41_RETURN_IF_ERROR(
+        writer.Add(name, dtype, view.shape, [bytes](const ByteSink& sink) { return sink(bytes); }));
   }
   return OkStatus();
 }

@@ -32,12 +32,14 @@ std::vector<std::byte> Pattern(size_t n, uint8_t seed) {
 std::string WriteSource() {
   const std::string dir = FreshDir("src");
   SafetensorsWriter writer;
-  EXPECT_TRUE(writer.Add("layers.0.attn.wq_a.weight", DType::kF8E4M3, {64, 64}, Pattern(4096, 1)).ok());
+  EXPECT_TRUE(
+      writer.Add("layers.0.attn.wq_a.weight", DType::kF8E4M3, {64, 64}, Pattern(4096, 1)).ok());
   EXPECT_TRUE(writer.Add("layers.0.attn.wq_a.scale", DType::kF8E8M0, {2, 2}, Pattern(4, 120)).ok());
   EXPECT_TRUE(
       writer.Add("layers.0.ffn.experts.0.w1.weight", DType::kI8, {64, 32}, Pattern(2048, 3)).ok());
   EXPECT_TRUE(
-      writer.Add("layers.0.ffn.experts.0.w1.scale", DType::kF8E8M0, {64, 2}, Pattern(128, 110)).ok());
+      writer.Add("layers.0.ffn.experts.0.w1.scale", DType::kF8E8M0, {64, 2}, Pattern(128, 110))
+          .ok());
   EXPECT_TRUE(writer.Add("layers.0.attn_norm.weight", DType::kBF16, {64}, Pattern(128, 9)).ok());
   EXPECT_TRUE(writer.Write(dir + "/model.safetensors").ok());
   std::filesystem::create_directories(dir + "/inference");

@@ -334,7 +334,9 @@ Status SafetensorsWriter::Write(const std::string& path) {
     entry["dtype"] = std::string(DTypeName(t.dtype));
     entry["shape"] = t.shape;
     entry["data_offsets"] = {offset, offset + t.num_bytes};
-    header[t.name] = std::move(entry);
+    // Names are unique (Add refuses a second one): append without ordered_map's linear lookup,
+    // which made a header of n tensors cost n² string comparisons.
+    header.get_ref<OrderedJson::object_t&>().Container::emplace_back(t.name, std::move(entry));
     offset += t.num_bytes;
   }
   std::string header_text = header.dump();

@@ -25,10 +25,12 @@
 
 #include "base/json.h"
 #include "base/machine_limits.h"
+#include "base/mpi_communicator.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/image_flags.h"
 #include "cli/int_list.h"
+#include "cli/job.h"
 #include "engine/bench_engine.h"
 #include "engine/bench_vision.h"
 #include "engine/engine.h"
@@ -117,9 +119,10 @@ Status OpenStorages(LoadedTextModel& m, ThreadPool& pool, const BenchFlags& flag
   return Status();
 }
 
-void PrintHeader(const BenchFlags& flags, int threads, const MachineLimits& limits) {
+void PrintHeader(const BenchFlags& flags, int threads, const MachineLimits& limits, int ranks) {
   std::printf("dsv41 bench (medians of %d repetitions)\n", flags.repetitions);
   std::printf("  %-32s %s\n", "model", flags.model_dir.c_str());
+  std::printf("  %-32s %d\n", "ranks", ranks);
   std::printf("  %-32s %d\n", "threads", threads);
   std::printf("  %-32s %d\n", "prompt_tokens", flags.prompt_tokens);
   std::printf("  %-32s %d\n", "decode_tokens", flags.decode_tokens);
@@ -127,6 +130,11 @@ void PrintHeader(const BenchFlags& flags, int threads, const MachineLimits& limi
   std::printf("  %-32s %.3f\n", "read_bandwidth_gb_per_s", limits.read_bytes_per_second / 1e9);
   std::printf("  %-32s %.1f\n", "fma_peak_gflops", limits.fma_flops_per_second / 1e9);
   std::printf("  %-32s %.1f\n", "bf16_dot_peak_gflops", limits.bf16_dot_flops_per_second / 1e9);
+  std::printf("  %-32s %.1f\n", "fp16_fma_peak_gflops", limits.fp16_fma_flops_per_second / 1e9);
+  std::printf("  %-32s %.1f\n", "amx_bf16_peak_gflops", limits.amx_bf16_flops_per_second / 1e9);
+  std::printf("  %-32s %.1f\n", "amx_int8_peak_gops", limits.amx_int8_ops_per_second / 1e9);
+  std::printf("  %-32s %s (%.1f GFLOP/s)\n", "matrix_unit", MatrixUnitName(limits.matrix_unit()),
+              limits.compute_roof_flops_per_second() / 1e9);
 }
 
 // A run's progress line on stderr.
@@ -192,6 +200,52 @@ SpeculativeMethod Method(const EngineBenchOptions& options) {
   return options.configs.front().options.speculative.method;
 }
 
+std::string DigestText(uint64_t digest) {
+  return StrFormat("%016llx", static_cast<unsigned long long>(digest));
+}
+
+// The logits digest and, with several ranks, each rank's figures (docs/multinode.md).
+void RankFiguresToJson(const EngineBenchFigures& f, OrderedJson& line) {
+  line["logits_digest"] = DigestText(f.logits_digest);
+  line["logits_digest_stable"] = f.logits_digest_stable;
+  if (f.ranks.empty()) return;
+  line["expert_imbalance"] = f.expert_imbalance;
+  OrderedJson ranks = OrderedJson::array();
+  for (const RankBenchFigures& r : f.ranks) {
+    OrderedJson j;
+    j["rank"] = r.rank;
+    j["step_ms"] = r.step_ms;
+    j["compute_ms"] = r.compute_ms;
+    j["engram_wait_ms"] = r.engram_wait_ms;
+    for (CommKind kind :
+         {CommKind::kHeader, CommKind::kEngram, CommKind::kMoe, CommKind::kTokens}) {
+      j[std::string("blocked_ms_") + std::string(CommKindName(kind))] =
+          r.blocked_ms[static_cast<size_t>(kind)];
+    }
+    j["collectives_per_token"] = r.collectives_per_token;
+    j["bytes_per_token"] = r.bytes_per_token;
+    ranks.push_back(std::move(j));
+  }
+  line["ranks"] = std::move(ranks);
+}
+
+void PrintRankFigures(const EngineBenchFigures& f) {
+  std::printf("    %-30s %s (%s)\n", "logits_digest", DigestText(f.logits_digest).c_str(),
+              f.logits_digest_stable ? "the same in every repetition and on every rank"
+                                     : "NOT the same in every repetition and on every rank");
+  if (f.ranks.empty()) return;
+  std::printf("    %-30s %.3f\n", "expert_imbalance", f.expert_imbalance);
+  for (const RankBenchFigures& r : f.ranks) {
+    const auto blocked = [&](CommKind k) { return r.blocked_ms[static_cast<size_t>(k)]; };
+    std::printf(
+        "    rank %d: steps %.1f ms, compute %.1f ms, engram wait %.1f ms; blocked ms: header "
+        "%.1f, engram %.1f, moe %.1f, tokens %.1f; %.2f collectives and %.0f bytes per token\n",
+        r.rank, r.step_ms, r.compute_ms, r.engram_wait_ms, blocked(CommKind::kHeader),
+        blocked(CommKind::kEngram), blocked(CommKind::kMoe), blocked(CommKind::kTokens),
+        r.collectives_per_token, r.bytes_per_token);
+  }
+}
+
 void PrintFiguresJson(const BenchFlags& flags, const EngineBenchOptions& options, int threads,
                       const MachineLimits& limits, const EngineBenchFigures& f) {
   const EngineBenchConfig& config = options.configs[f.config_idx];
@@ -216,12 +270,21 @@ void PrintFiguresJson(const BenchFlags& flags, const EngineBenchOptions& options
   line["prefill_gflops"] = f.prefill_flops_per_s / 1e9;
   line["fma_roof_gflops"] = limits.compute_roof_flops_per_second() / 1e9;
   line["prefill_roof_ratio"] = f.prefill_roof_ratio;
+  line["matrix_unit"] = MatrixUnitName(limits.matrix_unit());
+  line["matrix_unit_peak_gflops"] = limits.compute_roof_flops_per_second() / 1e9;
+  line["fma_peak_gflops"] = limits.fma_flops_per_second / 1e9;
+  line["bf16_dot_peak_gflops"] = limits.bf16_dot_flops_per_second / 1e9;
+  line["fp16_fma_peak_gflops"] = limits.fp16_fma_flops_per_second / 1e9;
+  line["amx_bf16_peak_gflops"] = limits.amx_bf16_flops_per_second / 1e9;
+  line["amx_int8_peak_gops"] = limits.amx_int8_ops_per_second / 1e9;
+  line["prefill_roofline_ratio"] = f.prefill_roofline_ratio;
   if (f.decode_vs_one_stream) line["decode_vs_one_stream"] = *f.decode_vs_one_stream;
   if (f.speculative) {
     line["speculative"] = std::string(SpeculativeMethodName(Method(options)));
     DraftFiguresToJson("", *f.speculative, line);
   }
   if (f.oracle) DraftFiguresToJson("oracle_", *f.oracle, line);
+  RankFiguresToJson(f, line);
   std::printf("%s\n", line.dump().c_str());
 }
 
@@ -244,6 +307,7 @@ void PrintFigures(const EngineBenchOptions& options, const EngineBenchFigures& f
   std::printf("    %-30s %.4f\n", "read_bandwidth_ratio", f.read_bandwidth_ratio);
   std::printf("    %-30s %.1f\n", "prefill_gflops", f.prefill_flops_per_s / 1e9);
   std::printf("    %-30s %.4f\n", "prefill_roof_ratio", f.prefill_roof_ratio);
+  std::printf("    %-30s %.4f\n", "prefill_roofline_ratio", f.prefill_roofline_ratio);
   if (f.decode_vs_one_stream && f.concurrency > 1) {
     std::printf("    %-30s %.2f\n", "decode_vs_one_stream", *f.decode_vs_one_stream);
   }
@@ -253,6 +317,7 @@ void PrintFigures(const EngineBenchOptions& options, const EngineBenchFigures& f
     PrintDraftFigures("", *f.speculative);
   }
   if (f.oracle) PrintDraftFigures("oracle_", *f.oracle);
+  PrintRankFigures(f);
 }
 
 // --image: the tower's figures (engine/bench_vision.h), as text or one JSON object.
@@ -320,26 +385,61 @@ int RunVisionBench(const BenchFlags& flags) {
   return 0;
 }
 
-int RunBench(const BenchFlags& flags) {
-  if (!flags.image.empty()) return RunVisionBench(flags);
+// What cannot run on several ranks: the tiers' list (the other ranks open one), --cold (it drops
+// rank 0's caches only) and --oracle (its drafter is a function rank 0 cannot send).
+Status CheckMultiRankFlags(const BenchFlags& flags, const EngineBenchOptions& options) {
+  if (options.configs.size() > 1 && SplitList(flags.engine.engram_storage).size() > 1) {
+    return InvalidArgumentError("--engram-storage: under mpirun, one tier");
+  }
+  if (flags.cold || flags.oracle) {
+    return InvalidArgumentError("--cold and --oracle run in one process, not under mpirun");
+  }
+  return OkStatus();
+}
+
+int RunBench(BenchFlags flags) {
+  if (!flags.image.empty()) {
+    if (LaunchedByMpiLauncher()) {
+      std::fprintf(stderr, "dsv41 bench: --image runs in one process, not under mpirun\n");
+      return 2;
+    }
+    return RunVisionBench(flags);
+  }
   const std::optional<EngineBenchOptions> options = ToBenchOptions(flags);
   if (!options) return 2;
-  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
-  if (!m.ok()) {
-    std::fprintf(stderr, "dsv41 bench: %s\n", m.status().ToString().c_str());
+  if (LaunchedByMpiLauncher()) {
+    if (const Status s = CheckMultiRankFlags(flags, *options); !s.ok()) {
+      std::fprintf(stderr, "dsv41 bench: %s\n", s.ToString().c_str());
+      return 2;
+    }
+  }
+  // Every rank loads the first configuration's tier; rank 0 opens the others too.
+  EngineFlags first = ConfigFlags(flags, options->configs.front());
+  Result<std::unique_ptr<Job>> job = Job::Start(first);
+  if (!job.ok()) {
+    std::fprintf(stderr, "dsv41 bench: %s\n", job.status().ToString().c_str());
     return 1;
   }
+  Result<RankModel> rank =
+      LoadRankModel(**job, "dsv41 bench", flags.model_dir, first, options->configs.front().options);
+  if (!rank.ok()) {
+    if ((*job)->leads())
+      std::fprintf(stderr, "dsv41 bench: %s\n", rank.status().ToString().c_str());
+    return 1;
+  }
+  if (!(*job)->leads()) return (*job)->Follow("dsv41 bench", rank->model, *rank->pool);
+  LoadedTextModel& m = rank->model;
+  ThreadPool& pool = *rank->pool;
   const int threads = ComputeThreads(flags.engine);
-  ThreadPool pool(threads);
-  PrefaultWeights(*m, pool, flags.engine);
   // Each tier opened once; the engine of a run uses the one its configuration names.
   std::map<std::string, std::unique_ptr<EngramStorage>> storages;
-  if (const Status s = OpenStorages(*m, pool, flags, *options, storages); !s.ok()) {
+  storages[options->configs.front().engram_storage] = std::move(m.engram_storage);
+  if (const Status s = OpenStorages(m, pool, flags, *options, storages); !s.ok()) {
     std::fprintf(stderr, "dsv41 bench: %s\n", s.ToString().c_str());
     return 1;
   }
   const MachineLimits limits = MeasureMachineLimits(pool);
-  if (!flags.json) PrintHeader(flags, threads, limits);
+  if (!flags.json) PrintHeader(flags, threads, limits, (*job)->shard().num_ranks);
   EngineBenchCallbacks callbacks;
   callbacks.on_run = [&](const EngineBenchRun& run) { PrintRun(*options, run); };
   callbacks.on_level = [&](const std::vector<EngineBenchFigures>& level) {
@@ -349,10 +449,12 @@ int RunBench(const BenchFlags& flags) {
       } else {
         PrintFigures(*options, f);
       }
+      std::fflush(stdout);
     }
   };
-  if (const Status s = RunEngineBench(*m, pool, storages, limits, *options, callbacks); !s.ok()) {
-    std::fprintf(stderr, "dsv41 bench: %s\n", s.ToString().c_str());
+  const Status ran = RunEngineBench(m, pool, (*job)->comm(), storages, limits, *options, callbacks);
+  if (!ran.ok()) {
+    std::fprintf(stderr, "dsv41 bench: %s\n", ran.ToString().c_str());
     return 1;
   }
   return 0;
@@ -390,7 +492,7 @@ std::function<int()> SetupBench(CLI::App& sub) {
       std::fprintf(stderr, "dsv41 bench: --model is required\n");
       return 2;
     }
-    return RunBench(*flags);
+    return RunBench(*flags);  // a copy: the run's flags are its own
   };
 }
 

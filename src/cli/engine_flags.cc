@@ -35,10 +35,11 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
                "recompute every prompt instead of reusing cached prefix blocks");
   app.add_option("-t,--threads", flags.threads, "compute threads (0: all cores)")
       ->capture_default_str();
-  app.add_option("--numerics", flags.numerics,
-                 "weight products: fast (this CPU's fastest kernel, fp32 accumulation), reference "
-                 "(exact accumulation, slow), fma or bf16-dot (force a fast kernel), plain-fp32 "
-                 "(fp32 sums in index order, slow: the goldens' noise probe)")
+  app.add_option(
+         "--numerics", flags.numerics,
+         "weight products: fast (this CPU's fastest kernel, fp32 accumulation), reference "
+         "(exact accumulation, slow), fma, bf16-dot or amx (force a fast kernel), plain-fp32 "
+         "(fp32 sums in index order, slow: the goldens' noise probe)")
       ->capture_default_str();
   app.add_option("--simd", flags.simd,
                  "instruction sets the kernels may use: best (this CPU's), avx2 or scalar (caps, "
@@ -71,6 +72,10 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_option("--prompt-lookup-max", flags.prompt_lookup_max, "ngram: longest suffix to look up")
       ->capture_default_str();
   AddEngramFlags(app, flags);
+  app.add_option("--mpi-timeout", flags.mpi_timeout_s,
+                 "under mpirun: seconds a rank waits for another rank before the whole job ends "
+                 "with an error naming it")
+      ->capture_default_str();
 }
 
 void AddEngramFlags(CLI::App& app, EngineFlags& flags) {
@@ -115,10 +120,12 @@ Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineF
   const auto t0 = std::chrono::steady_clock::now();
   if (options.tier != EngramTier::kMapped || model.engram_storage == nullptr) {
     ProgressPrinter printer;
-    const Status opened = model.OpenEngramStorage(options, pool, printer.AsFn());
+    const Status opened =
+        model.OpenEngramStorage(options, pool, flags.quiet ? ProgressFn() : printer.AsFn());
     printer.Done();
     DSV41_RETURN_IF_ERROR(opened);
   }
+  if (flags.quiet) return OkStatus();
   const EngramStorage& storage = *model.engram_storage;
   const double gib = 1 << 30;
   std::string held = "nothing resident of its own";
@@ -145,11 +152,15 @@ Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineF
 
 void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags) {
   if (flags.no_prefault) {
-    std::fprintf(stderr, "weights: not prefaulted (--no-prefault): pages fault in on first use\n");
+    if (!flags.quiet) {
+      std::fprintf(stderr,
+                   "weights: not prefaulted (--no-prefault): pages fault in on first use\n");
+    }
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
   const LoadedTextModel::Prefault p = model.PrefaultWeights(pool);
+  if (flags.quiet) return;
   const double gib = static_cast<double>(p.weight_bytes) / (1 << 30);
   const double avail = static_cast<double>(p.available_bytes) / (1 << 30);
   if (p.done) {
@@ -169,14 +180,20 @@ Result<Numerics> ParseNumerics(const std::string& name) {
   if (name == "reference") return Numerics::kReference;
   if (name == "fma") return Numerics::kFastFma;
   if (name == "plain-fp32") return Numerics::kPlainFp32;
+  if (name == "amx") {
+    if (!CpuHasAmxTiles()) {
+      return InvalidArgumentError("--numerics amx: this CPU has no AMX-BF16 tiles");
+    }
+    return Numerics::kFastAmx;
+  }
   if (name == "bf16-dot") {
     if (!CpuHasBf16Dot()) {
       return InvalidArgumentError("--numerics bf16-dot: this CPU has no AVX512-BF16");
     }
     return Numerics::kFastBf16Dot;
   }
-  return InvalidArgumentError("--numerics '%s': want fast, reference, fma, bf16-dot or plain-fp32",
-                              name.c_str());
+  return InvalidArgumentError(
+      "--numerics '%s': want fast, reference, fma, bf16-dot, amx or plain-fp32", name.c_str());
 }
 
 bool NeedsDspark(const EngineFlags& flags) { return flags.speculative == "dspark"; }

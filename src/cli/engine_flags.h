@@ -42,6 +42,10 @@ struct EngineFlags {
   int32_t engram_io_threads = 16;
   std::string engram_prefetch = "on";
   bool engram_direct_io = false;
+  // Under mpirun (docs/multinode.md): how long a rank waits for another before the job ends.
+  double mpi_timeout_s = 300.0;
+  // Not a flag: set on ranks other than 0 of a multi-process run, which print nothing but errors.
+  bool quiet = false;
 };
 
 // Adds --block-size, --kv-cache-gib, --num-blocks, --kv-profile, --max-num-seqs,
@@ -50,7 +54,7 @@ struct EngineFlags {
 // (--speculative dspark|ngram|off, --num-speculative-tokens, --speculative-min-acceptance,
 // --speculative-confidence, --prompt-lookup-min/-max) and the Engram offload flags (serving.md
 // §8.7): --engram-storage resident|mapped|disk, --engram-cache-gib, --engram-io-threads,
-// --engram-prefetch on|off and --engram-direct-io.
+// --engram-prefetch on|off and --engram-direct-io, and --mpi-timeout.
 void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 // Only the Engram offload flags (commands that load a model without running the engine).
 void AddEngramFlags(CLI::App& app, EngineFlags& flags);
@@ -86,6 +90,8 @@ Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineF
 // "numerics: bf16-dot weight products (exact products, fp32 accumulation), kernels AVX3" on stderr.
 void PrintNumerics(const EngineOptions& options);
 
+// The same lines are left out with flags.quiet (every helper above prints nothing then).
+//
 // "kv cache: block 128 tokens, 540928 B per block id, 1985 blocks (1.00 GiB), longest request
 // 253952 tokens, profile seed, prefix caching on" on stderr, and with speculative decoding on
 // "speculative: dspark, 5 tokens, min acceptance 0.3".

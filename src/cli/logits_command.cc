@@ -16,6 +16,7 @@
 #include "cli/engine_flags.h"
 #include "cli/image_flags.h"
 #include "cli/int_list.h"
+#include "cli/job.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
 #include "vision/image_span.h"
@@ -41,9 +42,10 @@ struct LogitsFlags {
 // The logits of every position of `ids`, one request through the engine: its prefill runs in
 // chunks of --max-num-batched-tokens tokens.
 Result<std::vector<float>> PromptLogits(const LoadedTextModel& m, const EngineOptions& options,
-                                        ThreadPool& pool, std::vector<int32_t> ids,
+                                        ThreadPool& pool, Communicator& comm,
+                                        std::vector<int32_t> ids,
                                         std::vector<RequestImage> images) {
-  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(m, options, pool));
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(m, options, pool, comm));
   PrintEngineLayout(*engine, options);
   SamplingParams params;
   params.temperature = 0.0f;
@@ -113,11 +115,23 @@ int RunLogits(const LogitsFlags& flags) {
     std::fprintf(stderr, "dsv41 logits: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
-  if (!m.ok()) {
-    std::fprintf(stderr, "dsv41 logits: %s\n", m.status().ToString().c_str());
+  // The chunk size must be known on every rank before the engine starts: with --prompt it is
+  // the encoded length, which every rank computes alike from the same tokenizer.
+  Result<std::unique_ptr<Job>> job = Job::Start(engine_flags.engine);
+  if (!job.ok()) {
+    std::fprintf(stderr, "dsv41 logits: %s\n", job.status().ToString().c_str());
     return 1;
   }
+  Result<RankModel> rank =
+      LoadRankModel(**job, "dsv41 logits", flags.model_dir, engine_flags.engine, *options);
+  if (!rank.ok()) {
+    if ((*job)->leads()) {
+      std::fprintf(stderr, "dsv41 logits: %s\n", rank.status().ToString().c_str());
+    }
+    return 1;
+  }
+  if (!(*job)->leads()) return (*job)->Follow("dsv41 logits", rank->model, *rank->pool);
+  const LoadedTextModel* m = &rank->model;
   if (!flags.prompt.empty()) {
     Result<std::vector<int32_t>> encoded = m->tokenizer->Encode(flags.prompt);
     if (!encoded.ok()) {
@@ -135,14 +149,9 @@ int RunLogits(const LogitsFlags& flags) {
   if (flags.chunk <= 0) {                               // one chunk: the whole prompt in one step
     options->max_num_batched_tokens = std::max<int32_t>(1, static_cast<int32_t>(ids.size()));
   }
-  ThreadPool pool(ComputeThreads(flags.engine));
-  PrefaultWeights(*m, pool, flags.engine);
-  if (const Status engram = OpenEngramStorage(*m, pool, flags.engine); !engram.ok()) {
-    std::fprintf(stderr, "dsv41 logits: %s\n", engram.ToString().c_str());
-    return 1;
-  }
   const int64_t positions = static_cast<int64_t>(ids.size());
-  Result<std::vector<float>> logits = PromptLogits(*m, *options, pool, ids, std::move(*images));
+  Result<std::vector<float>> logits =
+      PromptLogits(*m, *options, *rank->pool, (*job)->comm(), ids, std::move(*images));
   if (!logits.ok()) {
     std::fprintf(stderr, "dsv41 logits: %s\n", logits.status().ToString().c_str());
     return 1;

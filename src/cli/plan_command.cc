@@ -13,6 +13,7 @@
 #include "cli/progress_printer.h"
 #include "config/config.h"
 #include "config/layer_plan.h"
+#include "config/rank_shard.h"
 #include "config/weight_summary.h"
 #include "kv/cache_plan.h"
 #include "model/weights.h"
@@ -30,8 +31,108 @@ struct PlanFlags {
   int32_t num_speculative_tokens = 0;
   double kv_cache_gib = 4.0;
   int64_t max_model_len = 0;  // > 0: also size one request of this many tokens
+  int32_t ranks = 0;          // > 0: what each rank of an mpirun -np N run holds
   bool json = false;
 };
+
+// The memory one rank of a multi-process run needs (docs/multinode.md): its weights, the KV cache
+// (attention runs on every rank, so each holds the whole cache) and its Engram rows in memory —
+// or, on the disk tier, a hot-row cache of 1 GiB (the default) instead of the rows.
+struct RankMemory {
+  RankWeightBytes weights;
+  uint64_t kv_cache_bytes = 0;
+  uint64_t engram_cache_bytes = uint64_t{1} << 30;
+  uint64_t with_engram_in_memory() const {
+    return weights.weights() + kv_cache_bytes + weights.engram_rows;
+  }
+  uint64_t with_engram_on_disk() const {
+    return weights.weights() + kv_cache_bytes + engram_cache_bytes;
+  }
+};
+
+// A machine fits a rank when the rank needs at most 90 % of its memory (the rest: the OS, the
+// step's activations, I/O buffers).
+constexpr double kUsableMemoryFraction = 0.9;
+constexpr uint64_t kMachineBytes[] = {256'000'000'000ull, 512'000'000'000ull};
+
+bool Fits(uint64_t need, uint64_t machine) {
+  return static_cast<double>(need) <= kUsableMemoryFraction * static_cast<double>(machine);
+}
+
+std::vector<RankMemory> PlanRanks(const ModelConfig& config, const std::vector<TensorSpec>& tensors,
+                                  int32_t ranks, uint64_t kv_cache_bytes) {
+  std::vector<RankMemory> out;
+  for (const RankWeightBytes& w : WeightBytesPerRank(config, tensors, ranks)) {
+    out.push_back(RankMemory{.weights = w, .kv_cache_bytes = kv_cache_bytes});
+  }
+  return out;
+}
+
+double Gib(uint64_t bytes) { return static_cast<double>(bytes) / (1ull << 30); }
+
+OrderedJson RanksToJson(const std::vector<RankMemory>& ranks) {
+  OrderedJson out;
+  OrderedJson per_rank = OrderedJson::array();
+  uint64_t worst_in_memory = 0, worst_on_disk = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    OrderedJson j;
+    j["rank"] = r;
+    j["routed_expert_bytes"] = ranks[r].weights.routed_experts;
+    j["replicated_bytes"] = ranks[r].weights.replicated;
+    j["engram_row_bytes"] = ranks[r].weights.engram_rows;
+    j["kv_cache_bytes"] = ranks[r].kv_cache_bytes;
+    j["bytes_engram_in_memory"] = ranks[r].with_engram_in_memory();
+    j["bytes_engram_on_disk"] = ranks[r].with_engram_on_disk();
+    worst_in_memory = std::max(worst_in_memory, ranks[r].with_engram_in_memory());
+    worst_on_disk = std::max(worst_on_disk, ranks[r].with_engram_on_disk());
+    per_rank.push_back(std::move(j));
+  }
+  out["num_ranks"] = ranks.size();
+  out["per_rank"] = std::move(per_rank);
+  OrderedJson fits;
+  for (uint64_t machine : kMachineBytes) {
+    OrderedJson f;
+    f["engram_in_memory"] = Fits(worst_in_memory, machine);
+    f["engram_on_disk"] = Fits(worst_on_disk, machine);
+    fits[StrFormat("%lluGB", static_cast<unsigned long long>(machine / 1'000'000'000ull))] =
+        std::move(f);
+  }
+  out["fits"] = std::move(fits);
+  return out;
+}
+
+void PrintRanks(const std::vector<RankMemory>& ranks) {
+  std::printf(
+      "ranks: %zu (routed experts and Engram rows split between the ranks; attention, routers, "
+      "shared experts, mHC, embedding, head and the KV cache on every rank)\n",
+      ranks.size());
+  std::printf("  %4s %14s %14s %14s %14s %20s %20s\n", "rank", "routed experts", "replicated",
+              "engram rows", "kv cache", "engram in memory", "engram on disk");
+  uint64_t worst_in_memory = 0, worst_on_disk = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankMemory& m = ranks[r];
+    std::printf("  %4zu %10.2f GiB %10.2f GiB %10.2f GiB %10.2f GiB %16.2f GiB %16.2f GiB\n", r,
+                Gib(m.weights.routed_experts), Gib(m.weights.replicated),
+                Gib(m.weights.engram_rows), Gib(m.kv_cache_bytes), Gib(m.with_engram_in_memory()),
+                Gib(m.with_engram_on_disk()));
+    worst_in_memory = std::max(worst_in_memory, m.with_engram_in_memory());
+    worst_on_disk = std::max(worst_on_disk, m.with_engram_on_disk());
+  }
+  for (uint64_t machine : kMachineBytes) {
+    const bool in_memory = Fits(worst_in_memory, machine);
+    const bool on_disk = Fits(worst_on_disk, machine);
+    const char* verdict = in_memory ? "fits, with the Engram rows in memory"
+                          : on_disk
+                              ? "fits only with the Engram rows on disk (--engram-storage disk)"
+                              : "does not fit, even with the Engram rows on disk";
+    std::printf("  one %llu GB machine per rank: %s\n",
+                static_cast<unsigned long long>(machine / 1'000'000'000ull), verdict);
+  }
+  std::printf(
+      "  (a rank fits when it needs at most %.0f %% of the machine's memory; on disk the Engram "
+      "rows cost a 1 GiB hot-row cache)\n",
+      kUsableMemoryFraction * 100);
+}
 
 // One request of `context_tokens` positions at its peak (serving.md §3.7), in 64-bit arithmetic:
 // at 2^20 tokens the release needs 8,215 ids, over 4 GiB.
@@ -123,6 +224,26 @@ void PrintWeights(const std::vector<WeightKindTotal>& totals) {
               static_cast<double>(all_bytes) / (1 << 30));
 }
 
+// The config the flags name: the release's, a config.json, or a model directory's (whose
+// tensors are then checked against it: `checked_weights`).
+Result<ModelConfig> LoadPlanConfig(const PlanFlags& flags, bool& checked_weights) {
+  if (flags.released) return ReleasedConfig();
+  if (!flags.config_file.empty()) {
+    DSV41_ASSIGN_OR_RETURN(Json json, ReadJsonFile(flags.config_file));
+    return ParseModelConfig(json);
+  }
+  const bool has_weights =
+      std::filesystem::exists(flags.model_dir + "/model.safetensors.index.json") ||
+      std::filesystem::exists(flags.model_dir + "/model.safetensors");
+  if (!has_weights) return LoadModelConfig(flags.model_dir);
+  ProgressPrinter printer;
+  Result<ModelWeights> weights = ModelWeights::Load(flags.model_dir, LoadOptions{}, printer.AsFn());
+  printer.Done();
+  DSV41_RETURN_IF_ERROR(weights.status());
+  checked_weights = true;
+  return weights->config();
+}
+
 int RunPlan(const PlanFlags& flags) {
   const int sources = !flags.model_dir.empty() + !flags.config_file.empty() + flags.released;
   if (sources != 1) {
@@ -134,44 +255,13 @@ int RunPlan(const PlanFlags& flags) {
     std::fprintf(stderr, "dsv41 plan: --kv-profile: %s\n", profile.status().message().c_str());
     return 2;
   }
-  ModelConfig config;
-  std::vector<TensorSpec> present;
   bool checked_weights = false;
-  if (flags.released) {
-    config = ReleasedConfig();
-  } else if (!flags.config_file.empty()) {
-    Result<Json> json = ReadJsonFile(flags.config_file);
-    Result<ModelConfig> parsed =
-        json.ok() ? ParseModelConfig(*json) : Result<ModelConfig>(json.status());
-    if (!parsed.ok()) {
-      std::fprintf(stderr, "dsv41 plan: %s\n", parsed.status().ToString().c_str());
-      return 1;
-    }
-    config = std::move(parsed).value();
-  } else {
-    const bool has_weights =
-        std::filesystem::exists(flags.model_dir + "/model.safetensors.index.json") ||
-        std::filesystem::exists(flags.model_dir + "/model.safetensors");
-    if (has_weights) {
-      ProgressPrinter printer;
-      Result<ModelWeights> weights =
-          ModelWeights::Load(flags.model_dir, LoadOptions{}, printer.AsFn());
-      printer.Done();
-      if (!weights.ok()) {
-        std::fprintf(stderr, "dsv41 plan: %s\n", weights.status().ToString().c_str());
-        return 1;
-      }
-      config = weights->config();
-      checked_weights = true;
-    } else {
-      Result<ModelConfig> parsed = LoadModelConfig(flags.model_dir);
-      if (!parsed.ok()) {
-        std::fprintf(stderr, "dsv41 plan: %s\n", parsed.status().ToString().c_str());
-        return 1;
-      }
-      config = std::move(parsed).value();
-    }
+  Result<ModelConfig> loaded = LoadPlanConfig(flags, checked_weights);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "dsv41 plan: %s\n", loaded.status().ToString().c_str());
+    return 1;
   }
+  const ModelConfig config = std::move(loaded).value();
   if (const std::string bad = CheckMaxModelLen(flags.max_model_len, config); !bad.empty()) {
     std::fprintf(stderr, "dsv41 plan: %s\n", bad.c_str());
     return 2;
@@ -189,7 +279,15 @@ int RunPlan(const PlanFlags& flags) {
   }
   const uint64_t budget = static_cast<uint64_t>(std::llround(flags.kv_cache_gib * (1ull << 30)));
   const PoolSizing pool = SizePool(*cache, budget, config);
-  const std::vector<WeightKindTotal> weights = SummarizeWeights(ExpectedTensors(config, plan));
+  const std::vector<TensorSpec> tensors = ExpectedTensors(config, plan);
+  const std::vector<WeightKindTotal> weights = SummarizeWeights(tensors);
+  if (flags.ranks < 0) {
+    std::fprintf(stderr, "dsv41 plan: --ranks %d: want >= 1\n", flags.ranks);
+    return 2;
+  }
+  const std::vector<RankMemory> ranks =
+      flags.ranks > 0 ? PlanRanks(config, tensors, flags.ranks, pool.used_bytes)
+                      : std::vector<RankMemory>{};
 
   if (flags.json) {
     OrderedJson out;
@@ -204,6 +302,7 @@ int RunPlan(const PlanFlags& flags) {
     if (flags.max_model_len > 0) {
       out["request"] = RequestSizingToJson(SizeRequest(*cache, pool, flags.max_model_len));
     }
+    if (!ranks.empty()) out["ranks"] = RanksToJson(ranks);
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
@@ -234,6 +333,7 @@ int RunPlan(const PlanFlags& flags) {
         r.need.num_swa_groups + r.need.num_draft_groups, static_cast<unsigned long long>(r.bytes),
         static_cast<double>(r.bytes) / (1ull << 30), r.fits_pool ? "fits" : "does not fit");
   }
+  if (!ranks.empty()) PrintRanks(ranks);
   return 0;
 }
 
@@ -251,6 +351,9 @@ std::function<int()> SetupPlan(CLI::App& sub) {
   sub.add_option("--kv-cache-gib", flags->kv_cache_gib, "KV cache budget in GiB");
   sub.add_option("--max-model-len", flags->max_model_len,
                  "also size one request of this many tokens (prompt + output)");
+  sub.add_option("--ranks", flags->ranks,
+                 "also print what each rank of `mpirun -np N` holds (experts, Engram rows, KV) "
+                 "and whether it fits a 256 GB / 512 GB machine");
   sub.add_flag("--json", flags->json, "print JSON instead of text");
   return [flags] { return RunPlan(*flags); };
 }

@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/image_flags.h"
+#include "cli/job.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
 #include "engine/output_processor.h"
@@ -37,11 +38,19 @@ int RunRun(RunFlags flags) {
     std::fprintf(stderr, "dsv41 run: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  Result<LoadedTextModel> m = LoadedTextModel::Load(flags.model_dir, {}, NeedsDspark(flags.engine));
-  if (!m.ok()) {
-    std::fprintf(stderr, "dsv41 run: %s\n", m.status().ToString().c_str());
+  Result<std::unique_ptr<Job>> job = Job::Start(flags.engine);
+  if (!job.ok()) {
+    std::fprintf(stderr, "dsv41 run: %s\n", job.status().ToString().c_str());
     return 1;
   }
+  Result<RankModel> rank =
+      LoadRankModel(**job, "dsv41 run", flags.model_dir, flags.engine, *options);
+  if (!rank.ok()) {
+    if ((*job)->leads()) std::fprintf(stderr, "dsv41 run: %s\n", rank.status().ToString().c_str());
+    return 1;
+  }
+  if (!(*job)->leads()) return (*job)->Follow("dsv41 run", rank->model, *rank->pool);
+  const LoadedTextModel* m = &rank->model;
   Result<std::vector<int32_t>> prompt = m->tokenizer->Encode(flags.prompt);
   // One <｜deepseek_image｜> of the prompt per --image, in order, expanded to its span.
   Result<ImageFilePrompt> with_images =
@@ -52,13 +61,8 @@ int RunRun(RunFlags flags) {
     return 1;
   }
   prompt = std::move(with_images->expanded.ids);
-  ThreadPool pool(ComputeThreads(flags.engine));
-  PrefaultWeights(*m, pool, flags.engine);
-  if (const Status engram = OpenEngramStorage(*m, pool, flags.engine); !engram.ok()) {
-    std::fprintf(stderr, "dsv41 run: %s\n", engram.ToString().c_str());
-    return 1;
-  }
-  Result<std::unique_ptr<Engine>> engine = Engine::Create(*m, *options, pool);
+  Result<std::unique_ptr<Engine>> engine =
+      Engine::Create(*m, *options, *rank->pool, (*job)->comm());
   if (!engine.ok()) {
     std::fprintf(stderr, "dsv41 run: %s\n", engine.status().ToString().c_str());
     return 2;

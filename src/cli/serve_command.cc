@@ -16,9 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "base/mpi_communicator.h"
 #include "cli/command.h"
 #include "cli/engine_flags.h"
 #include "cli/image_flags.h"
+#include "cli/job.h"
 #include "cli/progress_printer.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
@@ -156,12 +158,12 @@ struct ServingBackend {
   int64_t max_model_len = 0;
 };
 
+// The engine over the loaded model (its weights prefaulted and Engram storage open), on the ranks
+// of `comm`.
 Result<ServingBackend> StartEngine(LoadedTextModel& model, const EngineOptions& options,
-                                   ThreadPool& pool, const EngineFlags& flags) {
-  PrefaultWeights(model, pool, flags);
-  DSV41_RETURN_IF_ERROR(OpenEngramStorage(model, pool, flags));
+                                   ThreadPool& pool, Communicator& comm) {
   ServingBackend out;
-  DSV41_ASSIGN_OR_RETURN(out.engine, Engine::Create(model, options, pool));
+  DSV41_ASSIGN_OR_RETURN(out.engine, Engine::Create(model, options, pool, comm));
   PrintEngineLayout(*out.engine, options);
   out.backend = std::make_unique<EngineBackend>(*out.engine);
   out.max_model_len = out.engine->layout().max_request_tokens;
@@ -222,21 +224,30 @@ ServedModel DescribeServedModel(const LoadedTextModel& model, const ServeFlags& 
   return served;
 }
 
-// Loads the model, drawing its progress on stderr and publishing it on /health; a signal cancels
-// the load.
-Result<LoadedTextModel> LoadServedModel(const std::string& dir, const EngineFlags& flags,
-                                        HttpServer& server, SignalWaiter& signals) {
+// Loads this rank's model (LoadRankModel), drawing its progress on stderr and publishing it on
+// /health; a signal cancels the load.
+Result<RankModel> LoadServedModel(Job& job, const std::string& dir, const EngineFlags& flags,
+                                  const EngineOptions& options, HttpServer& server,
+                                  SignalWaiter& signals) {
   ProgressPrinter printer;
   ProgressFn draw = printer.AsFn();
-  Result<LoadedTextModel> model = LoadedTextModel::Load(
-      dir,
-      [&](const Progress& p) {
+  Result<RankModel> model =
+      LoadRankModel(job, "dsv41 serve", dir, flags, options, [&](const Progress& p) {
         server.SetLoadProgress(p);
         return draw(p) && !signals.signalled();
-      },
-      NeedsDspark(flags));
+      });
   printer.Done();
   return model;
+}
+
+// Ranks other than 0 of `mpirun -np N dsv41 serve`: no HTTP, no signals of their own (SIGINT and
+// SIGTERM stay blocked: rank 0 ends them once its requests are done, or mpirun does); they load
+// their share of the model and follow rank 0's engine.
+int FollowServingRank(Job& job, const std::string& dir, const EngineFlags& flags,
+                      const EngineOptions& options) {
+  Result<RankModel> rank = LoadRankModel(job, "dsv41 serve", dir, flags, options);
+  if (!rank.ok()) return 1;  // the fingerprints differ: rank 0 says so
+  return job.Follow("dsv41 serve", rank->model, *rank->pool);
 }
 
 // After signal `signal_number`: no new requests, those in flight get `shutdown_timeout_s` to
@@ -275,22 +286,35 @@ int RunServe(ServeFlags flags) {
     return 2;
   }
   if (flags.served_model_names.empty()) flags.served_model_names.push_back(dir);
+  if (LaunchedByMpiLauncher() && !flags.scripted_replies.empty()) {
+    std::fprintf(stderr, "dsv41 serve: --scripted-replies runs in one process, not under mpirun\n");
+    return 2;
+  }
   const int threads = ComputeThreads(flags.engine);
   const int http_threads = HttpServerOptions{}.max_threads;
-  PrintServeConfig(flags, dir, *options, threads, http_threads);
-
+  // Before any thread starts (MPI's included), so that every thread inherits its signal mask.
   SignalWaiter signals;
-  ServerMetrics metrics;
-  Result<std::unique_ptr<HttpServer>> server = StartHttpServer(flags, http_threads, metrics);
-  if (!server.ok()) {
-    std::fprintf(stderr, "dsv41 serve: %s\n", server.status().ToString().c_str());
+  Result<std::unique_ptr<Job>> job = Job::Start(flags.engine);
+  if (!job.ok()) {
+    std::fprintf(stderr, "dsv41 serve: %s\n", job.status().ToString().c_str());
     return 1;
   }
+  if (!(*job)->leads()) return FollowServingRank(**job, dir, flags.engine, *options);
+  PrintServeConfig(flags, dir, *options, threads, http_threads);
+  if ((*job)->distributed()) {
+    std::fprintf(stderr, "dsv41 serve: rank 0 of %d (routed experts and Engram rows split)\n",
+                 (*job)->shard().num_ranks);
+  }
+  ServerMetrics metrics;
+  Result<std::unique_ptr<HttpServer>> server = StartHttpServer(flags, http_threads, metrics);
+  if (!server.ok()) return (*job)->Fail("dsv41 serve", server.status(), 1);
   const std::string address = StrFormat("http://%s:%d", flags.host.c_str(), (*server)->port());
   std::fprintf(stderr, "dsv41 serve: listening on %s (loading: /health is 503 until ready)\n",
                address.c_str());
 
-  Result<LoadedTextModel> model = LoadServedModel(dir, flags.engine, **server, signals);
+  EngineFlags load_flags = flags.engine;
+  load_flags.no_prefault |= !flags.scripted_replies.empty();  // scripted replies use no weight
+  Result<RankModel> model = LoadServedModel(**job, dir, load_flags, *options, **server, signals);
   if (!model.ok()) {
     if (signals.signalled()) {
       std::fprintf(stderr, "dsv41 serve: stopped while loading\n");
@@ -299,16 +323,16 @@ int RunServe(ServeFlags flags) {
     std::fprintf(stderr, "dsv41 serve: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  ThreadPool pool(threads);
-  Result<ServingBackend> backend = flags.scripted_replies.empty()
-                                       ? StartEngine(*model, *options, pool, flags.engine)
-                                       : StartScripted(*model, *options, flags.scripted_replies);
+  Result<ServingBackend> backend =
+      flags.scripted_replies.empty()
+          ? StartEngine(model->model, *options, *model->pool, (*job)->comm())
+          : StartScripted(model->model, *options, flags.scripted_replies);
   if (!backend.ok()) {
     std::fprintf(stderr, "dsv41 serve: %s\n", backend.status().ToString().c_str());
     return backend.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
 
-  const ServedModel served = DescribeServedModel(*model, flags, backend->max_model_len);
+  const ServedModel served = DescribeServedModel(model->model, flags, backend->max_model_len);
   EngineLoop loop(*backend->backend, metrics,
                   EngineLoopOptions{.max_live_requests = options->max_num_seqs + flags.max_queue});
   loop.Start();

@@ -19,6 +19,7 @@ struct TinyFlags {
   std::string preset = "tiny";
   bool bf16 = false;
   std::optional<std::string> format, scale_dtype;
+  bool released_magnitudes = false;
   std::optional<int32_t> moe_intermediate;
   uint64_t seed = 1;
   std::optional<int32_t> shards;
@@ -83,6 +84,7 @@ int RunTiny(const TinyFlags& flags) {
   Override(flags.moe_intermediate, c.moe_intermediate_size);
   if (flags.format)
     spec.format = *flags.format == "strict" ? TinySpec::Format::kStrict : TinySpec::Format::kSimple;
+  if (flags.released_magnitudes) spec.released_magnitudes = true;
   if (flags.scale_dtype)
     spec.scale_dtype = *flags.scale_dtype == "u8" ? DType::kU8 : DType::kF8E8M0;
   if (flags.bf16) MakeUnquantized(c);
@@ -125,6 +127,9 @@ std::function<int()> SetupTiny(CLI::App& sub) {
   sub.add_option("--scale-dtype", flags->scale_dtype,
                  "dtype of the .scale tensors: e8m0 (F8_E8M0, as released) or u8 (same bytes)")
       ->check(CLI::IsMember({"e8m0", "u8"}));
+  sub.add_flag("--released-magnitudes", flags->released_magnitudes,
+               "the release's value ranges: FP8 weights within +-0.102, Engram rows within "
+               "+-3.25, bell-shaped experts (tiny-real's default)");
   sub.add_option("-s,--seed", flags->seed, "seed of every drawn value");
   sub.add_option("--shards", flags->shards, "number of safetensors shards (1: model.safetensors)");
   sub.add_option("--layers", flags->layers, "num_hidden_layers");

@@ -667,6 +667,46 @@ Status CheckRopeType(const std::vector<Source>& sources) {
   return OkStatus();
 }
 
+// model.md §1, "absent on purpose": V4.1 has no group-limited routing, no hash-routed or dense
+// layers and no learned head mix, so a config that asks for them is another model (a V4 file, a
+// converter's mistake), not one to run with those keys ignored (real-weight-traps.md L7). Their
+// neutral values pass: n_group / topk_group 1, num_hash_layers / first_k_dense_replace 0.
+Status CheckAbsentOnPurpose(const std::vector<Source>& sources) {
+  struct Neutral {
+    const char* key;
+    int64_t value;
+    const char* means;
+  };
+  static constexpr Neutral kNeutral[] = {
+      {"n_group", 1, "group-limited routing"},
+      {"topk_group", 1, "group-limited routing"},
+      {"num_hash_layers", 0, "hash-routed layers"},
+      {"first_k_dense_replace", 0, "dense FFN layers"},
+  };
+  for (const Neutral& n : kNeutral) {
+    for (const Found& found : FindAll(sources, {n.key})) {
+      if (found.value->is_null()) continue;
+      int64_t value = 0;
+      DSV41_RETURN_IF_ERROR(ReadInt(*found.value, found.where, INT32_MIN, INT32_MAX, &value));
+      if (value != n.value) {
+        return InvalidArgumentError("%s = %lld: DeepSeek-V4.1 has no %s (want %lld or no field)",
+                                    found.where.c_str(), static_cast<long long>(value), n.means,
+                                    static_cast<long long>(n.value));
+      }
+    }
+  }
+  for (const Source& source : sources) {
+    if (source.root == nullptr || !source.root->is_object()) continue;
+    for (auto it = source.root->begin(); it != source.root->end(); ++it) {
+      if (it.key().starts_with("hc_head_")) {
+        return InvalidArgumentError("%s: %s%s: DeepSeek-V4.1 has no learned head mix",
+                                    source.file.c_str(), source.prefix.c_str(), it.key().c_str());
+      }
+    }
+  }
+  return OkStatus();
+}
+
 Status ReadScoringFunc(const std::vector<Source>& sources, ModelConfig& config,
                        WhereByField& where_by_field) {
   std::string name;
@@ -901,6 +941,7 @@ Result<ModelConfig> ParseConfigFiles(const Json* config_json, const Json* infere
   WhereByField where_by_field;
   DSV41_RETURN_IF_ERROR(ReadTableFields(all, config, where_by_field));
   DSV41_RETURN_IF_ERROR(CheckRopeType(all.sources));
+  DSV41_RETURN_IF_ERROR(CheckAbsentOnPurpose(all.sources));
   DSV41_RETURN_IF_ERROR(ReadScoringFunc(all.sources, config, where_by_field));
   DSV41_RETURN_IF_ERROR(CheckLayerCounts(config, where_by_field));
   DSV41_RETURN_IF_ERROR(ReadCompressRatiosField(all.sources, config, where_by_field));

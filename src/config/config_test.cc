@@ -342,6 +342,30 @@ TEST(ConfigTest, UnknownFieldsAreIgnored) {
   EXPECT_EQ(ParseError(hf), "");
 }
 
+// model.md §1 "absent on purpose" (trap L7): a V4-style config asking for hash-routed or dense
+// layers, group-limited routing or a learned head mix is refused naming the field; the keys'
+// neutral values pass.
+TEST(ConfigTest, FieldsAbsentOnPurposeAreRefusedUnlessNeutral) {
+  EXPECT_EQ(ParseError(ReleasedHf([](Json&, Json& text) { text["num_hash_layers"] = 3; })),
+            "config.json: text_config.num_hash_layers = 3: DeepSeek-V4.1 has no hash-routed layers "
+            "(want 0 or no field)");
+  EXPECT_EQ(ParseError(ReleasedHf([](Json&, Json& text) { text["first_k_dense_replace"] = 1; })),
+            "config.json: text_config.first_k_dense_replace = 1: DeepSeek-V4.1 has no dense FFN "
+            "layers (want 0 or no field)");
+  EXPECT_EQ(ParseError(ReleasedHf([](Json&, Json& text) { text["n_group"] = 8; })),
+            "config.json: text_config.n_group = 8: DeepSeek-V4.1 has no group-limited routing "
+            "(want 1 or no field)");
+  EXPECT_EQ(ParseError(ReleasedHf([](Json&, Json& text) { text["hc_head_fn"] = {1}; })),
+            "config.json: text_config.hc_head_fn: DeepSeek-V4.1 has no learned head mix");
+  EXPECT_EQ(ParseError(ReleasedHf([](Json&, Json& text) {
+              text["num_hash_layers"] = 0;
+              text["n_group"] = 1;
+              text["topk_group"] = 1;
+              text["first_k_dense_replace"] = 0;
+            })),
+            "");
+}
+
 TEST(ConfigTest, ValidationErrorsNameFileAndField) {
   const Json hf = ReadJson(kCheckpoints + "tiny-a/config.json");
   Json bad = hf;

@@ -52,12 +52,19 @@ struct RunTrace {
   // decode steps) and those with one (draft forward included).
   std::vector<double> plain_step_s;
   std::vector<double> verify_step_s;
+  // Every rank's counters before the first request and after the last (one entry in one
+  // process).
+  std::vector<RankReport> ranks_at_start;
+  std::vector<RankReport> ranks_at_end;
 };
 
 // One run: every prompt at once, greedy, each request decode_tokens after its first token.
-Result<RunTrace> TraceRun(const LoadedTextModel& m, const EngineOptions& options, ThreadPool& pool,
-                          int32_t decode_tokens, const std::vector<std::vector<int32_t>>& prompts) {
-  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(m, options, pool));
+Result<RunTrace> TraceRun(const LoadedTextModel& m, const EngineOptions& asked, ThreadPool& pool,
+                          Communicator& comm, int32_t decode_tokens,
+                          const std::vector<std::vector<int32_t>>& prompts) {
+  EngineOptions options = asked;
+  options.digest_logits = true;  // the run's logits digest: a bit-identity check between runs
+  DSV41_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(m, options, pool, comm));
   SamplingParams params;
   params.temperature = 0.0f;
   params.max_tokens = decode_tokens + 1;  // the first token ends the prefill
@@ -65,6 +72,7 @@ Result<RunTrace> TraceRun(const LoadedTextModel& m, const EngineOptions& options
   const int32_t streams = static_cast<int32_t>(prompts.size());
   RunTrace trace;
   trace.store_at_start = engine->stats().engram_store;
+  trace.ranks_at_start = engine->GatherRankReports();
   const Clock::time_point start = Clock::now();
   for (int32_t i = 0; i < streams; ++i) {
     DSV41_ASSIGN_OR_RETURN(uint64_t id, engine->AddRequest(prompts[i], params));
@@ -95,6 +103,7 @@ Result<RunTrace> TraceRun(const LoadedTextModel& m, const EngineOptions& options
     }
   }
   trace.at_end = engine->stats();
+  trace.ranks_at_end = engine->GatherRankReports();
   return trace;
 }
 
@@ -105,6 +114,9 @@ struct RunTimes {
   double prefill_tokens_per_s = 0;  // all prompt tokens / time until the last first token
   double decode_tokens_per_s = 0;   // tokens after each first one / time after the last first one
   double prefill_flops_per_s = 0;   // 2 × weight-product MACs until the last first token / time
+  // The products' time at the roofs (ExecStats::roofline_seconds) until the last first token /
+  // that time.
+  double prefill_roofline_ratio = 0;
   double decode_weight_bytes_per_s = 0;  // weight bytes read after the last first token / time
   double decode_weight_bytes_per_token = 0;
   double engram_wait_ms_per_step = 0;
@@ -115,7 +127,46 @@ struct RunTimes {
   std::vector<double> verify_step_s;
   EngineStats stats;
   std::vector<std::vector<int32_t>> outputs;  // per stream, in stream order
+  std::vector<uint64_t> rank_digests;         // every rank's logits digest
+  std::vector<RankBenchFigures> ranks;        // several ranks only
+  double expert_imbalance = 0;                // several ranks only
 };
+
+// What each rank did during a run (its counters at the end less those at the start) over the
+// `tokens` the run computed.
+void MeasureRanks(const RunTrace& trace, double tokens, RunTimes& times) {
+  for (const RankReport& r : trace.ranks_at_end) times.rank_digests.push_back(r.logits_digest);
+  if (trace.ranks_at_end.size() < 2) return;
+  const size_t n = trace.ranks_at_end.size();
+  uint64_t routed = 0, busiest = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const RankReport& a = trace.ranks_at_start[r];
+    const RankReport& b = trace.ranks_at_end[r];
+    RankBenchFigures f;
+    f.rank = b.rank;
+    f.step_ms = b.step_ms - a.step_ms;
+    f.engram_wait_ms = b.engram_wait_ms - a.engram_wait_ms;
+    uint64_t calls = 0, bytes = 0;
+    for (size_t k = 0; k < kNumCommKinds; ++k) {
+      const CommKindCounters& ka = a.comm.kinds[k];
+      const CommKindCounters& kb = b.comm.kinds[k];
+      f.blocked_ms[k] = kb.blocked_ms - ka.blocked_ms;
+      calls += kb.calls - ka.calls;
+      bytes += (kb.bytes_sent - ka.bytes_sent) + (kb.bytes_received - ka.bytes_received);
+    }
+    const auto blocked = [&](CommKind kind) { return f.blocked_ms[static_cast<size_t>(kind)]; };
+    // A rank other than 0 waits for rank 0's header between steps, outside step_ms.
+    f.compute_ms = f.step_ms - blocked(CommKind::kMoe) - blocked(CommKind::kTokens) -
+                   f.engram_wait_ms - (b.rank == 0 ? blocked(CommKind::kHeader) : 0.0);
+    f.collectives_per_token = static_cast<double>(calls) / std::max(tokens, 1.0);
+    f.bytes_per_token = static_cast<double>(bytes) / std::max(tokens, 1.0);
+    times.ranks.push_back(f);
+    routed = b.routed_rows - a.routed_rows;  // every rank counts every row
+    busiest = b.routed_rows_busiest_rank - a.routed_rows_busiest_rank;
+  }
+  times.expert_imbalance =
+      routed > 0 ? static_cast<double>(busiest) * static_cast<double>(n) / routed : 0.0;
+}
 
 // The Engram figures of a run: the forward's wait per step and the stores' traffic.
 void MeasureEngram(const RunTrace& trace, RunTimes& times) {
@@ -158,11 +209,15 @@ RunTimes MeasureRun(RunTrace trace, int32_t prompt_tokens) {
   times.decode_tokens_per_s = decoded / std::max(end - last_first, 1e-9);
   times.prefill_flops_per_s =
       2.0 * static_cast<double>(trace.at_last_first.weight_macs) / std::max(last_first, 1e-9);
+  times.prefill_roofline_ratio =
+      trace.at_last_first.weight_roofline_seconds / std::max(last_first, 1e-9);
   const double decode_bytes =
       static_cast<double>(trace.at_end.weight_bytes - trace.at_last_first.weight_bytes);
   times.decode_weight_bytes_per_s = decode_bytes / std::max(end - last_first, 1e-9);
   times.decode_weight_bytes_per_token = decoded > 0 ? decode_bytes / decoded : 0.0;
   MeasureEngram(trace, times);
+  const uint64_t tokens = (trace.at_end.prompt_tokens_computed + trace.at_end.generation_tokens);
+  MeasureRanks(trace, static_cast<double>(tokens), times);
   times.plain_step_s = std::move(trace.plain_step_s);
   times.verify_step_s = std::move(trace.verify_step_s);
   return times;
@@ -227,6 +282,7 @@ struct BenchContext {
   const EngineBenchOptions& options;
   const EngineBenchCallbacks& callbacks;
   SpeculativeMethod method;  // every configuration's
+  Communicator& comm;
 };
 
 // One run of configuration `config_idx`, its Engram storage lent to the model meanwhile.
@@ -236,8 +292,12 @@ Result<RunTimes> Run(BenchContext& ctx, size_t config_idx, const EngineOptions& 
       ctx.storages[ctx.options.configs[config_idx].engram_storage];
   if (ctx.options.cold && storage != nullptr) DSV41_RETURN_IF_ERROR(storage->DropCaches());
   ctx.model.engram_storage = std::move(storage);
+  EngineOptions measured = options;
+  measured.roofline =
+      RooflineRates{.peak_flops_per_second = ctx.limits.compute_roof_flops_per_second(),
+                    .read_bytes_per_second = ctx.limits.read_bytes_per_second};
   Result<RunTrace> trace =
-      TraceRun(ctx.model, options, ctx.pool, ctx.options.decode_tokens, prompts);
+      TraceRun(ctx.model, measured, ctx.pool, ctx.comm, ctx.options.decode_tokens, prompts);
   storage = std::move(ctx.model.engram_storage);
   DSV41_RETURN_IF_ERROR(trace.status());
   return MeasureRun(std::move(trace).value(), ctx.options.prompt_tokens);
@@ -287,11 +347,44 @@ Status RunRepetition(BenchContext& ctx, size_t config_idx, int32_t repetition,
   return Status();
 }
 
+// The logits digest of the plain runs and the ranks' medians.
+void SummarizeRanks(const std::vector<RunTimes>& plain, EngineBenchFigures& f) {
+  if (plain.empty()) return;
+  f.logits_digest = plain.front().stats.logits_digest;
+  for (const RunTimes& t : plain) {
+    f.logits_digest_stable &= t.stats.logits_digest == f.logits_digest;
+    for (uint64_t d : t.rank_digests) f.logits_digest_stable &= d == f.logits_digest;
+  }
+  const size_t num_ranks = plain.front().ranks.size();
+  std::vector<double> imbalance;
+  for (const RunTimes& t : plain) imbalance.push_back(t.expert_imbalance);
+  f.expert_imbalance = num_ranks > 0 ? Median(imbalance) : 0.0;
+  for (size_t r = 0; r < num_ranks; ++r) {
+    const auto median = [&](auto field) {
+      std::vector<double> v;
+      for (const RunTimes& t : plain) v.push_back(field(t.ranks[r]));
+      return Median(v);
+    };
+    RankBenchFigures m;
+    m.rank = plain.front().ranks[r].rank;
+    m.step_ms = median([](const RankBenchFigures& x) { return x.step_ms; });
+    m.compute_ms = median([](const RankBenchFigures& x) { return x.compute_ms; });
+    m.engram_wait_ms = median([](const RankBenchFigures& x) { return x.engram_wait_ms; });
+    for (size_t k = 0; k < kNumCommKinds; ++k) {
+      m.blocked_ms[k] = median([k](const RankBenchFigures& x) { return x.blocked_ms[k]; });
+    }
+    m.collectives_per_token =
+        median([](const RankBenchFigures& x) { return x.collectives_per_token; });
+    m.bytes_per_token = median([](const RankBenchFigures& x) { return x.bytes_per_token; });
+    f.ranks.push_back(m);
+  }
+}
+
 // The medians of one configuration's runs at one level. `one_stream_decode`: the
 // configuration's decode tokens/s at concurrency 1 (0 until that level ran); set at that level.
 EngineBenchFigures Summarize(const BenchContext& ctx, int32_t streams, size_t config_idx,
                              const ConfigRuns& runs, double& one_stream_decode) {
-  std::vector<double> ttft, tpot, prefill_tps, decode_tps, prefill_flops, decode_bps,
+  std::vector<double> ttft, tpot, prefill_tps, decode_tps, prefill_flops, roofline, decode_bps,
       decode_bytes_per_token, wait, decode_wait, hit_rate, read_mib, plain_steps;
   for (const RunTimes& t : runs.plain) {
     ttft.insert(ttft.end(), t.ttft_s.begin(), t.ttft_s.end());
@@ -299,6 +392,7 @@ EngineBenchFigures Summarize(const BenchContext& ctx, int32_t streams, size_t co
     prefill_tps.push_back(t.prefill_tokens_per_s);
     decode_tps.push_back(t.decode_tokens_per_s);
     prefill_flops.push_back(t.prefill_flops_per_s);
+    roofline.push_back(t.prefill_roofline_ratio);
     decode_bps.push_back(t.decode_weight_bytes_per_s);
     decode_bytes_per_token.push_back(t.decode_weight_bytes_per_token);
     wait.push_back(t.engram_wait_ms_per_step);
@@ -325,6 +419,7 @@ EngineBenchFigures Summarize(const BenchContext& ctx, int32_t streams, size_t co
   f.prefill_flops_per_s = Median(prefill_flops);
   const double roof = ctx.limits.compute_roof_flops_per_second();
   f.prefill_roof_ratio = roof > 0 ? f.prefill_flops_per_s / roof : 0.0;
+  f.prefill_roofline_ratio = Median(roofline);
   if (streams == 1) one_stream_decode = f.decode_tokens_per_s;
   if (one_stream_decode > 0) f.decode_vs_one_stream = f.decode_tokens_per_s / one_stream_decode;
   const double plain_step = plain_steps.empty() ? 0.0 : Median(plain_steps);
@@ -332,12 +427,13 @@ EngineBenchFigures Summarize(const BenchContext& ctx, int32_t streams, size_t co
     f.speculative = runs.speculative.Figures(f.decode_tokens_per_s, plain_step);
   }
   if (ctx.options.oracle) f.oracle = runs.oracle.Figures(f.decode_tokens_per_s, plain_step);
+  SummarizeRanks(runs.plain, f);
   return f;
 }
 
 }  // namespace
 
-Status RunEngineBench(LoadedTextModel& model, ThreadPool& pool,
+Status RunEngineBench(LoadedTextModel& model, ThreadPool& pool, Communicator& comm,
                       std::map<std::string, std::unique_ptr<EngramStorage>>& storages,
                       const MachineLimits& limits, const EngineBenchOptions& options,
                       const EngineBenchCallbacks& callbacks) {
@@ -348,7 +444,8 @@ Status RunEngineBench(LoadedTextModel& model, ThreadPool& pool,
                    limits,
                    options,
                    callbacks,
-                   options.configs.front().options.speculative.method};
+                   options.configs.front().options.speculative.method,
+                   comm};
   std::vector<double> one_stream_decode(options.configs.size(), 0.0);
   for (int32_t streams : options.concurrency) {
     std::vector<std::vector<int32_t>> prompts;

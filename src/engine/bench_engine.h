@@ -11,6 +11,7 @@
 // the compute roof. With speculative decoding asked for, each repetition also runs it (after the
 // plain run, same prompts); with `oracle`, the verify path with drafts that are always right.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/communicator.h"
 #include "base/machine_limits.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -75,6 +77,21 @@ struct SpeculativeFigures {
   std::vector<double> acceptance_rate_by_position;
 };
 
+// One rank of a multi-process run, at one level: medians over the plain runs (docs/multinode.md).
+struct RankBenchFigures {
+  int32_t rank = 0;
+  double step_ms = 0;  // wall time inside the engine's steps, per run
+  // Of that, the time the rank computed: the steps less their waits for the MoE gathers, rank 0's
+  // tokens, the forward's Engram rows and (rank 0) sending its step headers.
+  double compute_ms = 0;
+  double engram_wait_ms = 0;  // the forward waiting for its Engram rows (their gathers included)
+  // Time blocked per collective kind (CommKind order: setup, header, engram, moe, tokens); a
+  // rank other than 0 counts its wait for rank 0's next command as header time, between steps.
+  std::array<double, kNumCommKinds> blocked_ms{};
+  double collectives_per_token = 0;  // over the tokens each run computed (prompt + generated)
+  double bytes_per_token = 0;        // sent and received, every kind
+};
+
 // One configuration at one level: medians over the repetitions (TTFT and TPOT over every request
 // of every repetition).
 struct EngineBenchFigures {
@@ -93,10 +110,23 @@ struct EngineBenchFigures {
   double read_bandwidth_ratio = 0;  // decode weight bytes/s over the machine's read bandwidth
   double prefill_flops_per_s = 0;   // 2 × weight-product MACs until the last first token / time
   double prefill_roof_ratio = 0;    // over the machine's compute roof
+  // Σ over the prefill's weight products of max(flops / matrix unit peak, weight bytes / read
+  // bandwidth), over the measured prefill time: products with a few rows (experts) are judged by
+  // the bus, dense ones by the unit.
+  double prefill_roofline_ratio = 0;
   // Decode tokens/s over the same configuration's at concurrency 1, once that level ran.
   std::optional<double> decode_vs_one_stream;
   std::optional<SpeculativeFigures> speculative;  // when the configurations ask for it
   std::optional<SpeculativeFigures> oracle;       // with EngineBenchOptions::oracle
+  // Every step's logits folded together (LogitsDigest) over the first plain run: compare it with
+  // another run's (one process against several) for a bit-identity check. Stable: every plain
+  // repetition and every rank had the same.
+  uint64_t logits_digest = 0;
+  bool logits_digest_stable = true;
+  // Multi-process runs (one entry per rank; empty in one process).
+  std::vector<RankBenchFigures> ranks;
+  // The busiest rank's routed (token, expert) rows per MoE call over the mean (1: even), median.
+  double expert_imbalance = 0;
 };
 
 // Called as each run ends, and as each level ends with one figure set per configuration.
@@ -105,10 +135,11 @@ struct EngineBenchCallbacks {
   std::function<void(const std::vector<EngineBenchFigures>&)> on_level;
 };
 
-// Runs every level of `options` on `model`. `storages` holds each configuration's Engram tier by
-// name (null for a model without Engram), lent to the model for each run and given back; the
-// ratios divide by `limits`. Errors of an engine's creation or step, or of dropping the caches.
-Status RunEngineBench(LoadedTextModel& model, ThreadPool& pool,
+// Runs every level of `options` on `model`, on the ranks of `comm` (rank 0 calls this; the others
+// run RunEngineFollower). `storages` holds each configuration's Engram tier by name (null for a
+// model without Engram), lent to the model for each run and given back; the ratios divide by
+// `limits`. Errors of an engine's creation or step, or of dropping the caches.
+Status RunEngineBench(LoadedTextModel& model, ThreadPool& pool, Communicator& comm,
                       std::map<std::string, std::unique_ptr<EngramStorage>>& storages,
                       const MachineLimits& limits, const EngineBenchOptions& options,
                       const EngineBenchCallbacks& callbacks);

@@ -74,7 +74,7 @@ Result<DraftDump> DumpDrafts(const LoadedTextModel& model, std::span<const int32
       model.engram.num_layers() > 0
           ? MakeEngramPrefetcher(*model.engram_storage, model.engram.num_cols(),
                                  std::max<int32_t>(1, static_cast<int32_t>(prompt.size())),
-                                 engram_prefetch)
+                                 engram_prefetch, Communicator::SingleProcess())
           : nullptr;
   SyncEngramStepRows no_engram({}, 0);  // the rows of no Engram layer
   EngramStepRows& engram_rows =

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <utility>
 
@@ -51,7 +52,8 @@ std::string_view FinishReasonName(FinishReason reason) {
 }
 
 Result<std::unique_ptr<Engine>> Engine::Create(const LoadedTextModel& model,
-                                               const EngineOptions& options, ThreadPool& pool) {
+                                               const EngineOptions& options, ThreadPool& pool,
+                                               Communicator& comm) {
   const ModelConfig& config = model.config();
   if (options.max_num_seqs < 1 || options.max_num_batched_tokens < 1) {
     return InvalidArgumentError("--max-num-seqs %d and --max-num-batched-tokens %d must be >= 1",
@@ -70,9 +72,23 @@ Result<std::unique_ptr<Engine>> Engine::Create(const LoadedTextModel& model,
   if (spec.method == SpeculativeMethod::kOff && spec.custom_drafter) {
     return InvalidArgumentError("a custom drafter needs a --speculative method");
   }
-  std::unique_ptr<Engine> engine(new Engine(model, options));
+  // A model holds the experts of the rank it was loaded for; it runs only as that rank.
+  if (model.weights->shard() != RankShard{comm.rank(), comm.size()}) {
+    return InvalidArgumentError(
+        "the model was loaded for rank %d of %d, the engine runs as rank %d of %d",
+        model.weights->shard().rank, model.weights->shard().num_ranks, comm.rank(), comm.size());
+  }
+  std::vector<std::byte> open;
+  if (comm.size() > 1) DSV41_RETURN_IF_ERROR(EncodeEngineOptions(options, open));
+  std::unique_ptr<Engine> engine(new Engine(model, options, comm));
   DSV41_RETURN_IF_ERROR(engine->Build(pool));
+  // The others make theirs once rank 0's is built (theirs then builds alike).
+  if (engine->distributed() && engine->leads()) engine->SendCommand(LeaderCommand::kOpen, open);
   return engine;
+}
+
+Engine::~Engine() {
+  if (distributed() && leads()) SendCommand(LeaderCommand::kClose, {});
 }
 
 Status Engine::Build(ThreadPool& pool) {
@@ -113,8 +129,9 @@ Status Engine::Build(ThreadPool& pool) {
                          .numerics = options_.numerics,
                          .official_index_key_slot = options_.official_index_key_slot,
                          .engram_prefetch = options_.engram_prefetch,
-                         .record_main_hidden = seeds_drafts_},
-      pool);
+                         .record_main_hidden = seeds_drafts_,
+                         .roofline = options_.roofline},
+      pool, comm_);
   kv_ = std::make_unique<KvCacheManager>(
       *plan_, layout_.num_blocks,
       KvManagerOptions{.enable_prefix_caching = options_.enable_prefix_caching,
@@ -145,6 +162,10 @@ Result<uint64_t> ClaimRequestId(uint64_t requested, bool requested_in_use, uint6
 Status Engine::CheckRequestImages(std::span<const int32_t> prompt_ids,
                                   std::span<const RequestImage> images) const {
   if (images.empty()) return OkStatus();
+  // The other ranks run the steps from rank 0's tokens and rows; image rows do not travel yet.
+  if (distributed()) {
+    return InvalidArgumentError("images run in one process, not under mpirun (docs/multinode.md)");
+  }
   const ModelConfig& config = model_.config();
   int64_t next_free = 0;
   for (size_t k = 0; k < images.size(); ++k) {
@@ -249,6 +270,14 @@ Result<uint64_t> Engine::AddRequest(std::vector<int32_t> prompt_ids, const Sampl
                                             .initial_pause_steps = spec.guard_initial_pause_steps,
                                             .min_pause_steps = spec.guard_min_pause_steps});
   stats_.prompt_tokens += static_cast<uint64_t>(prompt_len);
+  if (distributed() && leads()) {
+    AdmittedRequest& admitted = header_.added.emplace_back();
+    admitted.id = id;
+    admitted.prompt_ids.assign(r->prompt_ids().begin(), r->prompt_ids().end());
+    admitted.params = params;
+    admitted.params.seed = r->seed;
+    admitted.prompt_logits = options.prompt_logits;
+  }
   scheduler_->Add(r.get());
   requests_.emplace(id, std::move(r));
   return id;
@@ -272,6 +301,7 @@ Status Engine::Abort(uint64_t request_id) {
   out.finish = FinishReason::kAbort;
   Remove(*it->second);
   pending_outputs_.push_back(std::move(out));
+  if (distributed() && leads()) header_.aborted.push_back(request_id);
   return Status();
 }
 
@@ -334,7 +364,7 @@ int32_t Engine::Verify(Request& r, std::span<const float> logits, std::span<cons
                         .prompt_ids = r.prompt_ids(),
                         .output_ids = r.output_ids(),
                         .draft = j < num_drafts ? drafts[j] : -1};
-    const RowVerdict verdict = options_.speculative.acceptance(row, sampler_scratch_);
+    const RowVerdict verdict = NextVerdict(row);
     const int64_t before = r.num_tokens();
     Emit(r, verdict.token, out);
     // An accepted (and emitted) draft is the token the forward already computed here.
@@ -352,6 +382,16 @@ Result<std::vector<RequestOutput>> Engine::Step() {
 }
 
 Status Engine::Step(std::vector<RequestOutput>& outputs) {
+  const auto step_start = std::chrono::steady_clock::now();
+  struct StepTimer {
+    std::chrono::steady_clock::time_point start;
+    double& total_ms;
+    ~StepTimer() {
+      total_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+    }
+  } timer{step_start, step_ms_};
   size_t num_outputs = 0;
   for (RequestOutput& pending : pending_outputs_) {
     NextOutput(outputs, num_outputs) = std::move(pending);
@@ -367,6 +407,7 @@ Status Engine::Step(std::vector<RequestOutput>& outputs) {
   SchedulerOutput& scheduled = scheduled_;
   scheduler_->Schedule(scheduled);
   stats_.num_preemptions = scheduler_->num_preemptions();
+  if (distributed()) SyncSchedule(scheduled);
   if (scheduled.scheduled.empty()) return Status();
   ++stats_.num_steps;
 
@@ -386,7 +427,9 @@ Status Engine::Step(std::vector<RequestOutput>& outputs) {
     return Status();
   }
   DSV41_RETURN_IF_ERROR(forward);
+  if (options_.digest_logits) logits_digest_ = LogitsDigest(logits_digest_, runner_->logits());
 
+  if (distributed() && !leads()) ReceiveTokens();
   kept_.scheduled.assign(scheduled.scheduled.begin(), scheduled.scheduled.end());
   kept_.num_tokens = scheduled.num_tokens;
   finished_.clear();
@@ -401,6 +444,7 @@ Status Engine::Step(std::vector<RequestOutput>& outputs) {
       ++num_outputs;  // kept; else the slot is reused
     }
   }
+  if (distributed() && leads()) SendTokens();
   // Before Update offers the completed blocks to the prefix cache.
   DSV41_RETURN_IF_ERROR(proposer_->SeedStaged());
   scheduler_->Update(kept_);
@@ -551,6 +595,7 @@ void Engine::ReadStats(EngineStats& s) const {
   s.waiting = scheduler_->num_waiting();
   s.weight_bytes = runner_->exec_stats().weight_bytes;
   s.weight_macs = runner_->exec_stats().weight_macs;
+  s.weight_roofline_seconds = runner_->exec_stats().roofline_seconds;
   s.num_draft_forwards = proposer_->stats().num_draft_forwards;
   s.num_seed_calls = proposer_->stats().num_seed_calls;
   s.num_seeded_rows = proposer_->stats().num_seeded_rows;
@@ -558,6 +603,7 @@ void Engine::ReadStats(EngineStats& s) const {
   s.images_encoded = runner_->vision_stats().images_encoded;
   s.vision_encode_seconds = runner_->vision_stats().encode_seconds;
   if (model_.engram_storage != nullptr) s.engram_store = model_.engram_storage->counters();
+  s.logits_digest = options_.digest_logits ? logits_digest_ : 0;
 }
 
 Status Engine::CheckConsistency() const { return kv_->CheckConsistency(); }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/communicator.h"
 #include "base/exec_context.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -21,6 +22,7 @@
 #include "engine/engram_prefetch.h"
 #include "engine/loaded_model.h"
 #include "engine/model_runner.h"
+#include "engine/rank_messages.h"
 #include "engine/request.h"
 #include "engine/request_state.h"
 #include "engine/sampler.h"
@@ -51,7 +53,17 @@ struct EngineOptions {
   // --engram-prefetch: fetch a step's Engram rows ahead of the forward (off: each Engram layer
   // reads its rows when it needs them; for measurements only).
   bool engram_prefetch = true;
+  // Benchmarks: the roofs EngineStats::weight_roofline_seconds is counted at (ExecContext).
+  RooflineRates roofline = {};
+  // Fold every step's logits into EngineStats::logits_digest (dsv41 bench: each run is also a
+  // bit-identity check against another, e.g. one process against several).
+  bool digest_logits = false;
 };
+
+// The options as rank 0 sends them to the other ranks (LeaderCommand::kOpen). InvalidArgument
+// for what cannot travel: a custom drafter or acceptance rule (functions).
+Status EncodeEngineOptions(const EngineOptions& options, std::vector<std::byte>& out);
+Status DecodeEngineOptions(std::span<const std::byte> bytes, EngineOptions& options);
 
 // What Engine::Create resolved (printed at start-up).
 struct EngineLayout {
@@ -63,13 +75,25 @@ struct EngineLayout {
 };
 
 // Engine thread only (the loop that calls Step; the server will queue Submit/Abort into it).
+//
+// Multi-process runs (`comm` of N > 1 ranks, docs/multinode.md): every rank runs an Engine over
+// the same requests, each with its share of the routed experts and Engram rows (the model was
+// loaded for its rank). Rank 0's is driven by the frontend as in one process; it sends the
+// others its options at Create, its admissions, aborts and schedule with every Step, the tokens
+// it sampled after every forward, and a close when destroyed. The other ranks run
+// RunEngineFollower, which makes their Engine and feeds it rank 0's commands.
 class Engine {
  public:
   // Plans the cache for `model`, allocates the slot buffers once and never resizes them.
   // InvalidArgument naming the option for a bad block size, profile or budget (a pool with no
-  // room for even one request).
+  // room for even one request), or, with several ranks, options that cannot travel.
   static Result<std::unique_ptr<Engine>> Create(const LoadedTextModel& model,
-                                                const EngineOptions& options, ThreadPool& pool);
+                                                const EngineOptions& options, ThreadPool& pool,
+                                                Communicator& comm = Communicator::SingleProcess());
+  // Rank 0 of several: tells the other ranks the engine ends.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   const EngineLayout& layout() const { return layout_; }
   const CachePlan& cache_plan() const { return *plan_; }
@@ -102,6 +126,15 @@ class Engine {
   // debugging; NotFound for an unknown id.
   Result<RequestState> InspectRequest(uint64_t request_id) const;
 
+  // Rank 0 of several: every rank's report, in rank order (this one's included). One rank: its own.
+  std::vector<RankReport> GatherRankReports();
+  // Ranks other than 0: admits and aborts what rank 0's `header` says, then runs the step,
+  // checking that it schedules what rank 0 scheduled (the job ends when it does not: the ranks
+  // diverged).
+  Status FollowStep(const StepHeader& header);
+  // This rank's report (GatherRankReports).
+  RankReport LocalReport() const;
+
  private:
   // The images of a request (vision.md §10): spans inside the prompt, in order, disjoint, on the
   // image token; each with a tower and a canvas that fits it, or its own aligner rows.
@@ -110,8 +143,23 @@ class Engine {
                             std::span<const RequestImage> images) const;
   // Whether a live request or an output not yet stepped out holds `id`.
   bool IdInUse(uint64_t id) const;
-  Engine(const LoadedTextModel& model, const EngineOptions& options)
-      : model_(model), options_(options) {}
+  Engine(const LoadedTextModel& model, const EngineOptions& options, Communicator& comm)
+      : model_(model), options_(options), comm_(comm) {}
+  bool distributed() const { return comm_.size() > 1; }
+  bool leads() const { return comm_.rank() == 0; }
+
+  // The step's schedule against the other ranks: rank 0 sends the step header (admissions and
+  // aborts since the last step, its schedule), the others check their schedule against it.
+  void SyncSchedule(const SchedulerOutput& scheduled);
+  // The verdict of verify row `row`: rank 0 (or one process) decides it with the acceptance
+  // rule and, with several ranks, records it; the other ranks take rank 0's.
+  RowVerdict NextVerdict(const VerifyRow& row);
+  // After the forward: the other ranks receive the step's tokens before verification, rank 0
+  // sends them after.
+  void ReceiveTokens();
+  void SendTokens();
+  // Rank 0: `command` with `payload` to the other ranks.
+  void SendCommand(LeaderCommand command, std::span<const std::byte> payload);
 
   // Plans the cache and sizes the pool (layout_); makes the runner, the KV manager, the scheduler
   // and the proposer over it.
@@ -147,6 +195,7 @@ class Engine {
 
   const LoadedTextModel& model_;
   EngineOptions options_;
+  Communicator& comm_;
   std::unique_ptr<CachePlan> plan_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvCacheManager> kv_;
@@ -168,7 +217,24 @@ class Engine {
   std::vector<std::vector<int32_t>> drafts_;  // per scheduled request: the drafts it verifies
   std::vector<Request*> finished_;
   std::vector<Request*> ready_;  // decodes that may draft for the next step
+  // Multi-process runs. Rank 0: what the next step header carries; the others: the header of
+  // the step they follow.
+  StepHeader header_;
+  std::vector<TokenVerdict> step_tokens_;        // the step's tokens in verification order
+  size_t next_token_ = 0;                        // the next of them to replay (ranks other than 0)
+  std::vector<std::byte> message_;               // reused for every message
+  std::vector<RequestOutput> follower_outputs_;  // ranks other than 0: outputs nobody reads
+  uint64_t logits_digest_ = kLogitsDigestSeed;
+  double step_ms_ = 0;  // wall time inside Step
 };
+
+// Ranks other than 0 of a multi-process run: executes rank 0's commands (engines it opens, their
+// steps, reports, closes) on `model` until rank 0 shuts the run down. An error is this rank's
+// (its engine refused rank 0's options or step): the caller should end the job with it.
+Status RunEngineFollower(const LoadedTextModel& model, ThreadPool& pool, Communicator& comm);
+// Rank 0: tells the others the run is over (their RunEngineFollower returns). No-op in one
+// process.
+void ShutDownFollowers(Communicator& comm);
 
 // The Engine behind the interface. The engine must outlive it. Engine thread only.
 class EngineBackend final : public GenerationBackend {

@@ -61,6 +61,7 @@ struct EngineStats {
   // What the forwards read and computed (ExecStats): stored weight bytes, weight-product MACs.
   uint64_t weight_bytes = 0;
   uint64_t weight_macs = 0;
+  double weight_roofline_seconds = 0;  // ExecStats::roofline_seconds (EngineOptions::roofline)
 
   // Speculative decoding (serving.md §7, §11.4). A verify is one request's decode step with at
   // least one draft; its drafts are checked left to right until the first rejection.
@@ -86,6 +87,8 @@ struct EngineStats {
   EngramFetchStats engram_fetch;
   EngramStoreCounters engram_store;
   uint64_t failed_steps = 0;  // steps whose requests failed because their rows could not be read
+  // EngineOptions::digest_logits: every step's logits folded together (LogitsDigest).
+  uint64_t logits_digest = 0;
   // Image input (vision.md): images the tower encoded, the time it took, the span positions run.
   uint64_t images_encoded = 0;
   double vision_encode_seconds = 0;

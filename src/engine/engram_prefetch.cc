@@ -16,8 +16,9 @@ double MsSince(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 EngramPrefetcher::EngramPrefetcher(std::vector<const EngramRowSource*> tables, int32_t num_cols,
-                                   int32_t max_tokens, bool prefetch)
+                                   int32_t max_tokens, bool prefetch, Communicator& comm)
     : tables_(std::move(tables)),
+      comm_(comm),
       num_cols_(num_cols),
       capacity_(static_cast<size_t>(std::max(max_tokens, 1)) * static_cast<size_t>(num_cols)),
       prefetch_(prefetch) {
@@ -81,7 +82,7 @@ void EngramPrefetcher::StartStep(std::span<const int64_t> rows, int64_t num_toke
 
 Status EngramPrefetcher::Fetch(size_t slot) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Status status = layers_[slot].rows.Fill(*tables_[slot]);
+  const Status status = layers_[slot].rows.Fill(*tables_[slot], comm_);
   const double ms = MsSince(t0);
   std::lock_guard<std::mutex> lock(mutex_);
   size_t bucket = 0;
@@ -120,9 +121,17 @@ void EngramPrefetcher::WorkerLoop() {
     for (size_t slot = 0; ok && slot < layers_.size(); ++slot) {
       const Layer& layer = layers_[slot];
       if (layer.ahead_count == 0) continue;
+      // This rank's rows only (all of them in one process); they are sorted.
+      const IndexRange owned =
+          ShardEngramRows(tables_[slot]->num_rows(), RankShard{comm_.rank(), comm_.size()});
+      const int64_t* first = layer.ahead.data();
+      const int64_t* last = first + layer.ahead_count;
+      if (comm_.size() > 1) {
+        first = std::lower_bound(first, last, owned.begin);
+        last = std::lower_bound(first, last, owned.end);
+      }
       // A failed warm-up costs only speed; the step that needs the rows reads them again.
-      (void)tables_[slot]->WarmRows(
-          std::span<const int64_t>(layer.ahead.data(), layer.ahead_count));
+      (void)tables_[slot]->WarmRows(std::span<const int64_t>(first, last));
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -189,11 +198,12 @@ EngramFetchStats EngramPrefetcher::stats() const {
 
 std::unique_ptr<EngramPrefetcher> MakeEngramPrefetcher(const EngramStorage& storage,
                                                        int32_t num_cols, int32_t max_tokens,
-                                                       bool prefetch) {
+                                                       bool prefetch, Communicator& comm) {
   std::vector<const EngramRowSource*> tables;
   for (int32_t slot = 0; slot < storage.num_tables(); ++slot)
     tables.push_back(&storage.table(slot));
-  return std::make_unique<EngramPrefetcher>(std::move(tables), num_cols, max_tokens, prefetch);
+  return std::make_unique<EngramPrefetcher>(std::move(tables), num_cols, max_tokens, prefetch,
+                                            comm);
 }
 
 }  // namespace dsv41

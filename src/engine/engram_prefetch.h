@@ -33,9 +33,11 @@ namespace dsv41 {
 class EngramPrefetcher final : public EngramStepRows {
  public:
   // `tables` in Engram slot order (not owned; they outlive the prefetcher). Steps of up to
-  // `max_tokens` tokens with `num_cols` rows per token and layer.
+  // `max_tokens` tokens with `num_cols` rows per token and layer. With a `comm` of several
+  // ranks each rank reads only its rows of each table and gathers the others' rows
+  // (EngramLayerRows::Fill); every rank must run the same steps.
   EngramPrefetcher(std::vector<const EngramRowSource*> tables, int32_t num_cols, int32_t max_tokens,
-                   bool prefetch);
+                   bool prefetch, Communicator& comm);
   ~EngramPrefetcher() override;
   EngramPrefetcher(const EngramPrefetcher&) = delete;
   EngramPrefetcher& operator=(const EngramPrefetcher&) = delete;
@@ -74,6 +76,7 @@ class EngramPrefetcher final : public EngramStepRows {
   void WaitIdle(std::unique_lock<std::mutex>& lock);
 
   std::vector<const EngramRowSource*> tables_;
+  Communicator& comm_;
   int32_t num_cols_;
   size_t capacity_;  // rows per layer
   bool prefetch_;
@@ -91,9 +94,9 @@ class EngramPrefetcher final : public EngramStepRows {
 };
 
 // The prefetcher over every table of `storage` (in Engram slot order), for steps of up to
-// `max_tokens` tokens.
+// `max_tokens` tokens, on the ranks of `comm`.
 std::unique_ptr<EngramPrefetcher> MakeEngramPrefetcher(const EngramStorage& storage,
                                                        int32_t num_cols, int32_t max_tokens,
-                                                       bool prefetch);
+                                                       bool prefetch, Communicator& comm);
 
 }  // namespace dsv41

@@ -10,11 +10,12 @@
 namespace dsv41 {
 
 Result<LoadedTextModel> LoadedTextModel::Load(const std::string& dir, const ProgressFn& progress,
-                                              bool with_dspark) {
+                                              bool with_dspark, RankShard shard) {
   LoadedTextModel m;
   DSV41_ASSIGN_OR_RETURN(
       ModelWeights weights,
-      ModelWeights::Load(dir, LoadOptions{.include_dspark = with_dspark}, progress));
+      ModelWeights::Load(dir, LoadOptions{.include_dspark = with_dspark, .shard = shard},
+                         progress));
   m.weights = std::make_unique<ModelWeights>(std::move(weights));
   DSV41_ASSIGN_OR_RETURN(m.model, TextModel::Load(*m.weights));
   if (with_dspark) {
@@ -40,8 +41,10 @@ Status LoadedTextModel::OpenEngramStorage(const EngramStoreOptions& options, Thr
                                           const ProgressFn& progress) {
   if (weights->config().engram_layer_ids.empty()) return OkStatus();
   engram_storage.reset();  // a resident copy is freed before the next one is made
+  EngramStoreOptions sharded = options;
+  sharded.shard = weights->shard();
   DSV41_ASSIGN_OR_RETURN(engram_storage, EngramStorage::Open(weights->checkpoint(), weights->plan(),
-                                                             options, pool, progress));
+                                                             sharded, pool, progress));
   return OkStatus();
 }
 
@@ -55,6 +58,7 @@ LoadedTextModel::Prefault LoadedTextModel::PrefaultWeights(ThreadPool& pool) con
   for (const TensorSpec& t : weights->expected()) {
     const WeightKind kind = ClassifyTensor(t.name);
     if (kind == WeightKind::kEngramTables || (kind == WeightKind::kDspark && !dspark)) continue;
+    if (!RankNeedsTensor(config(), t.name, weights->shard())) continue;
     Result<TensorView> view = weights->Get(t.name);
     if (!view.ok()) continue;
     ranges.push_back(view->bytes);

@@ -36,12 +36,14 @@ struct LoadedTextModel {
   // Loads the checkpoint directory `dir` (config.json, safetensors, tokenizer.json); with_dspark
   // also checks and loads the DSpark stages (`mtp.*`, needed by --speculative dspark and `dsv41
   // draft`). Errors name the file, tensor or field. `progress` sees the shard mapping
-  // (ModelWeights::Load) and may cancel it.
+  // (ModelWeights::Load) and may cancel it. `shard`: this process's rank of a multi-process run,
+  // which holds only its routed experts and Engram rows (config/rank_shard.h).
   static Result<LoadedTextModel> Load(const std::string& dir, const ProgressFn& progress = {},
-                                      bool with_dspark = false);
+                                      bool with_dspark = false, RankShard shard = {});
 
   // Re-opens the Engram tables in the tier `options` asks for (the resident tier copies them over
-  // `pool`, reporting progress). Not while an engine uses the model. Errors name file and tensor.
+  // `pool`, reporting progress; this rank's rows only). Not while an engine uses the model.
+  // Errors name file and tensor.
   Status OpenEngramStorage(const EngramStoreOptions& options, ThreadPool& pool,
                            const ProgressFn& progress = {});
 
@@ -57,7 +59,8 @@ struct LoadedTextModel {
   };
   // Makes the text model's (and the loaded DSpark stages') mapped weights resident when they fit in
   // 3/4 of the available memory (every page touched, in parallel over `pool`), so no decode step
-  // waits on a page fault. The Engram tables stay with their storage tier.
+  // waits on a page fault. The Engram tables stay with their storage tier; other ranks' routed
+  // experts are never touched.
   Prefault PrefaultWeights(ThreadPool& pool) const;
 };
 

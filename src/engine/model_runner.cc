@@ -95,21 +95,26 @@ void AppendToBatch(const EngramHashConstants& engram, const BatchSlice& slice, B
 }
 
 ModelRunner::ModelRunner(const LoadedTextModel& model, const CachePlan& plan, uint32_t num_blocks,
-                         const ModelRunnerOptions& options, ThreadPool& pool)
+                         const ModelRunnerOptions& options, ThreadPool& pool, Communicator& comm)
     : model_(model),
       options_(options),
       // Sized for a full step up front (pages are touched only when used), capped so that a
       // huge token budget does not reserve address space it will never need.
       arena_(std::min<size_t>(model.model->StepScratchBytes(options.max_num_batched_tokens),
                               size_t{1} << 30)),
-      ctx_{pool, arena_, options.numerics, options.official_index_key_slot},
+      ctx_{.pool = pool,
+           .arena = arena_,
+           .numerics = options.numerics,
+           .official_index_key_slot = options.official_index_key_slot,
+           .comm = comm},
       storage_(std::make_unique<KvCacheStorage>(plan, model.config(), num_blocks)),
       main_hidden_width_(model.model->MainHiddenWidth()),
       no_engram_({}, 0) {
+  ctx_.roofline = options.roofline;
   if (model.engram.num_layers() > 0) {
     engram_prefetch_ =
         MakeEngramPrefetcher(*model.engram_storage, model.engram.num_cols(),
-                             options.max_num_batched_tokens, options.engram_prefetch);
+                             options.max_num_batched_tokens, options.engram_prefetch, comm);
   }
 }
 

@@ -65,14 +65,16 @@ struct ModelRunnerOptions {
   bool official_index_key_slot = false;  // ExecContext::official_index_key_slot
   bool engram_prefetch = true;      // fetch Engram rows ahead (off: each layer waits for its own)
   bool record_main_hidden = false;  // DSpark: the forward records every row's main_hidden
+  RooflineRates roofline = {};      // ExecContext::roofline (benchmarks)
 };
 
 class ModelRunner {
  public:
-  // Allocates the cache storage of `plan` for `num_blocks` block ids once; `model` and `pool`
-  // outlive the runner.
+  // Allocates the cache storage of `plan` for `num_blocks` block ids once; `model`, `pool` and
+  // `comm` (the ranks of a multi-process run: ExecContext::comm) outlive the runner.
   ModelRunner(const LoadedTextModel& model, const CachePlan& plan, uint32_t num_blocks,
-              const ModelRunnerOptions& options, ThreadPool& pool);
+              const ModelRunnerOptions& options, ThreadPool& pool,
+              Communicator& comm = Communicator::SingleProcess());
 
   // The step's batch: scheduled request i runs its next num_new_tokens positions; committed[i] is
   // its history length before the drafts it verifies were appended, and the rows from committed

@@ -40,6 +40,15 @@ Status CopyEngramRows(std::string_view table, int64_t num_rows, EngramRowLayout 
                       std::span<const std::byte> table_values,
                       std::span<const std::byte> table_scales, std::span<const int64_t> row_ids,
                       std::span<std::byte> values, std::span<std::byte> scales) {
+  return CopyHeldEngramRows(table, num_rows, 0, num_rows, layout, table_values, table_scales,
+                            row_ids, values, scales);
+}
+
+Status CopyHeldEngramRows(std::string_view table, int64_t num_rows, int64_t held_begin,
+                          int64_t held_end, EngramRowLayout layout,
+                          std::span<const std::byte> held_values,
+                          std::span<const std::byte> held_scales, std::span<const int64_t> row_ids,
+                          std::span<std::byte> values, std::span<std::byte> scales) {
   const size_t value_bytes = static_cast<size_t>(layout.value_bytes);
   const size_t scale_bytes = static_cast<size_t>(layout.scale_bytes);
   DSV41_CHECK(values.size() == row_ids.size() * value_bytes &&
@@ -53,10 +62,16 @@ Status CopyEngramRows(std::string_view table, int64_t num_rows, EngramRowLayout 
                              static_cast<int>(table.size()), table.data(),
                              static_cast<long long>(row), static_cast<long long>(num_rows));
     }
-    std::memcpy(values.data() + i * value_bytes, table_values.data() + layout.ValueOffset(row),
-                value_bytes);
-    std::memcpy(scales.data() + i * scale_bytes, table_scales.data() + layout.ScaleOffset(row),
-                scale_bytes);
+    if (row < held_begin || row >= held_end) {
+      return OutOfRangeError(
+          "'%.*s': row %lld is another rank's (this one holds rows [%lld, %lld))",
+          static_cast<int>(table.size()), table.data(), static_cast<long long>(row),
+          static_cast<long long>(held_begin), static_cast<long long>(held_end));
+    }
+    std::memcpy(values.data() + i * value_bytes,
+                held_values.data() + layout.ValueOffset(row - held_begin), value_bytes);
+    std::memcpy(scales.data() + i * scale_bytes,
+                held_scales.data() + layout.ScaleOffset(row - held_begin), scale_bytes);
   }
   return OkStatus();
 }

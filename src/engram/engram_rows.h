@@ -84,6 +84,14 @@ Status CopyEngramRows(std::string_view table, int64_t num_rows, EngramRowLayout 
                       std::span<const std::byte> table_values,
                       std::span<const std::byte> table_scales, std::span<const int64_t> row_ids,
                       std::span<std::byte> values, std::span<std::byte> scales);
+// The same over a part of the table: `held_values` / `held_scales` hold rows [held_begin,
+// held_end) only (one rank's rows in a multi-process run). OutOfRange naming the table, the row
+// and the rows held for a row outside them.
+Status CopyHeldEngramRows(std::string_view table, int64_t num_rows, int64_t held_begin,
+                          int64_t held_end, EngramRowLayout layout,
+                          std::span<const std::byte> held_values,
+                          std::span<const std::byte> held_scales, std::span<const int64_t> row_ids,
+                          std::span<std::byte> values, std::span<std::byte> scales);
 
 // The rows of one Engram layer for one step, fetched ahead of the forward: `values` [U, row_dim]
 // and `scales` [U, row_dim/32] hold the U distinct rows, `index` [T·num_cols] says which of them

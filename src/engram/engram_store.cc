@@ -58,10 +58,12 @@ void CheckFillSizes(size_t n, int32_t row_dim, std::span<std::byte> values,
 
 class ResidentEngramRowSource final : public EngramRowSource {
  public:
-  ResidentEngramRowSource(std::string name, int64_t num_rows, int32_t row_dim,
+  // `values` / `scales` hold rows `held` of the table's `num_rows`.
+  ResidentEngramRowSource(std::string name, int64_t num_rows, IndexRange held, int32_t row_dim,
                           AnonymousMemory values, AnonymousMemory scales)
       : name_(std::move(name)),
         num_rows_(num_rows),
+        held_(held),
         row_dim_(row_dim),
         values_(std::move(values)),
         scales_(std::move(scales)) {}
@@ -79,9 +81,9 @@ class ResidentEngramRowSource final : public EngramRowSource {
 
   Status FillRows(std::span<const int64_t> row_ids, std::span<std::byte> values,
                   std::span<std::byte> scales) const override {
-    DSV41_RETURN_IF_ERROR(CopyEngramRows(name_, num_rows_, EngramRowLayout(row_dim_),
-                                         values_.bytes(), scales_.bytes(), row_ids, values,
-                                         scales));
+    DSV41_RETURN_IF_ERROR(CopyHeldEngramRows(name_, num_rows_, held_.begin, held_.end,
+                                             EngramRowLayout(row_dim_), values_.bytes(),
+                                             scales_.bytes(), row_ids, values, scales));
     rows_fetched_.fetch_add(row_ids.size(), std::memory_order_relaxed);
     return OkStatus();
   }
@@ -89,6 +91,7 @@ class ResidentEngramRowSource final : public EngramRowSource {
  private:
   std::string name_;
   int64_t num_rows_;
+  IndexRange held_;
   int32_t row_dim_;
   AnonymousMemory values_;
   AnonymousMemory scales_;
@@ -587,7 +590,9 @@ Result<std::unique_ptr<EngramStorage>> EngramStorage::Open(const Checkpoint& che
     DSV41_ASSIGN_OR_RETURN(MappedEngramRowSource rows,
                            MappedEngramRowSource::Open(checkpoint, layer));
     total_rows += static_cast<uint64_t>(rows.num_rows());
-    total_bytes += static_cast<uint64_t>(rows.num_rows()) * (rows.row_dim() + rows.row_dim() / 32);
+    // The resident copy takes this rank's rows only.
+    total_bytes += static_cast<uint64_t>(ShardEngramRows(rows.num_rows(), options.shard).size()) *
+                   (rows.row_dim() + rows.row_dim() / 32);
     for (const char* suffix : {".weight", ".scale"}) {
       DSV41_ASSIGN_OR_RETURN(TensorFileRange range, checkpoint.Locate(TableName(layer) + suffix));
       paths.insert(range.path);
@@ -602,19 +607,28 @@ Result<std::unique_ptr<EngramStorage>> EngramStorage::Open(const Checkpoint& che
     DSV41_ASSIGN_OR_RETURN(TensorView scales, checkpoint.Get(name + ".scale"));
     switch (options.tier) {
       case EngramTier::kResident: {
+        const IndexRange held = ShardEngramRows(rows.num_rows(), options.shard);
+        const EngramRowLayout layout(rows.row_dim());
+        const std::span<const std::byte> held_values =
+            values.bytes.subspan(layout.ValueOffset(held.begin),
+                                 layout.ValueOffset(held.end) - layout.ValueOffset(held.begin));
+        const std::span<const std::byte> held_scales =
+            scales.bytes.subspan(layout.ScaleOffset(held.begin),
+                                 layout.ScaleOffset(held.end) - layout.ScaleOffset(held.begin));
         DSV41_ASSIGN_OR_RETURN(AnonymousMemory value_copy,
-                               AnonymousMemory::Allocate(values.bytes.size(), name + ".weight"));
+                               AnonymousMemory::Allocate(held_values.size(), name + ".weight"));
         DSV41_ASSIGN_OR_RETURN(AnonymousMemory scale_copy,
-                               AnonymousMemory::Allocate(scales.bytes.size(), name + ".scale"));
-        DSV41_RETURN_IF_ERROR(CopyWithProgress(values.bytes, value_copy.bytes(), pool, progress,
-                                               copied, total_bytes));
-        DSV41_RETURN_IF_ERROR(CopyWithProgress(scales.bytes, scale_copy.bytes(), pool, progress,
-                                               copied, total_bytes));
+                               AnonymousMemory::Allocate(held_scales.size(), name + ".scale"));
+        DSV41_RETURN_IF_ERROR(
+            CopyWithProgress(held_values, value_copy.bytes(), pool, progress, copied, total_bytes));
+        DSV41_RETURN_IF_ERROR(
+            CopyWithProgress(held_scales, scale_copy.bytes(), pool, progress, copied, total_bytes));
         // The mapping's pages are not needed any more.
         ReleaseMappedPages(values.bytes);
         ReleaseMappedPages(scales.bytes);
         tables.push_back(std::make_unique<ResidentEngramRowSource>(
-            name, rows.num_rows(), rows.row_dim(), std::move(value_copy), std::move(scale_copy)));
+            name, rows.num_rows(), held, rows.row_dim(), std::move(value_copy),
+            std::move(scale_copy)));
         break;
       }
       case EngramTier::kMapped:

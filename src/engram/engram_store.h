@@ -21,6 +21,7 @@
 #include "base/thread_pool.h"
 #include "checkpoint/checkpoint.h"
 #include "config/layer_plan.h"
+#include "config/rank_shard.h"
 #include "engram/engram_rows.h"
 
 namespace dsv41 {
@@ -43,6 +44,9 @@ struct EngramStoreOptions {
   // disk: the most 4 KiB pages one batch of reads stages (its buffer is this × 4 KiB, allocated
   // once per table); a fetch with more misses runs in several batches.
   int32_t max_pages_per_batch = 8192;
+  // A multi-process run: resident copies only this rank's rows (ShardEngramRows) and refuses
+  // the others; the mapped and disk tiers read only what they are asked for anyway.
+  RankShard shard = {};
 };
 
 // The disk tier of one table: `<prefix>.engram.embed.{weight,scale}` read from their shard files.

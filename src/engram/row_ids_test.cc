@@ -174,6 +174,12 @@ TEST(EngramRowsTest, MapTokensRejectsTokenOutsideTheMap) {
   const Status status = MapTokensToEngramClasses(map, tokens, classes);
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr("position 2: token id 3"));
+  // A negative id never indexes from the end (vllm-ascend #16423, trap E3).
+  const std::vector<int32_t> negative = {0, -1};
+  std::vector<int32_t> two(2);
+  const Status refused = MapTokensToEngramClasses(map, negative, two);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.message(), HasSubstr("position 1: token id -1"));
   const std::vector<int32_t> good = {2, 0, 1};
   ASSERT_TRUE(MapTokensToEngramClasses(map, good, classes).ok());
   EXPECT_EQ(classes, (std::vector<int32_t>{1, 0, 1}));

@@ -10,7 +10,9 @@
 #include <span>
 #include <vector>
 
+#include "base/communicator.h"
 #include "base/status.h"
+#include "config/rank_shard.h"
 #include "engram/engram_rows.h"
 
 namespace dsv41 {
@@ -35,6 +37,16 @@ class EngramLayerRows {
   // Reads the distinct rows from `table` into the buffers: the table's error when its storage
   // fails, and then the rows must not be used.
   Status Fill(const EngramRowSource& table);
+  // The same in a multi-process run (comm of N > 1 ranks; Fill when N = 1): this rank reads only
+  // the distinct rows it owns (ShardEngramRows; rows outside the table belong to the first or
+  // last rank, whose read refuses them), then one all-gather of every rank's status and two of
+  // the rows (values, scales) complete the buffers: each row is read once, by its owner, and
+  // every rank ends with all of them. Every rank returns the same: ok, or the error of the first
+  // rank whose read failed, naming that rank. All ranks must call it for the same step and
+  // table, in the same order.
+  Status Fill(const EngramRowSource& table, Communicator& comm);
+  // Which of the distinct rows (indices into unique()) rank `shard.rank` reads.
+  IndexRange RowsOfRank(int64_t table_rows, RankShard shard) const;
 
   // The distinct row ids of the last Dedupe, ascending.
   std::span<const int64_t> unique() const { return {unique_.data(), unique_count_}; }
@@ -45,11 +57,13 @@ class EngramLayerRows {
 
  private:
   size_t row_dim_;
-  std::vector<int64_t> sorted_;    // scratch for the de-duplication
-  std::vector<int64_t> unique_;    // the distinct rows, ascending (unique_count_ of them)
-  std::vector<int32_t> index_;     // per (token, column): its row's position in unique_
-  std::vector<std::byte> values_;  // unique × row_dim
-  std::vector<std::byte> scales_;  // unique × row_dim/32
+  std::vector<int64_t> sorted_;           // scratch for the de-duplication
+  std::vector<int64_t> unique_;           // the distinct rows, ascending (unique_count_ of them)
+  std::vector<int32_t> index_;            // per (token, column): its row's position in unique_
+  std::vector<std::byte> values_;         // unique × row_dim
+  std::vector<std::byte> scales_;         // unique × row_dim/32
+  std::vector<std::byte> status_frames_;  // Fill(table, comm): one frame per rank
+  std::vector<CommSegment> segments_;     // Fill(table, comm)
   size_t unique_count_ = 0;
   size_t num_slots_ = 0;
 };

@@ -129,6 +129,8 @@ int64_t Stride(const LinearWeight& w, GemmKernel kernel) {
       return linear_internal::FmaStride(w);
     case GemmKernel::kBf16Dot:
       return linear_internal::Bf16DotStride(w);
+    case GemmKernel::kAmxBf16:
+      return linear_internal::AmxStride(w);
   }
   return 0;
 }
@@ -170,10 +172,14 @@ GemmKernel SelectGemmKernel(const LinearWeight& w, const LinearOptions& options,
           return dot_eligible && CpuHasBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma;
         case FastKernel::kFma:
           return GemmKernel::kFma;
+        case FastKernel::kAmx:
+          return dot_eligible ? GemmKernel::kAmxBf16 : GemmKernel::kFma;
       }
       return GemmKernel::kFma;
     case Numerics::kFastBf16Dot:
       return dot_eligible && CpuHasBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma;
+    case Numerics::kFastAmx:
+      return dot_eligible ? GemmKernel::kAmxBf16 : GemmKernel::kFma;
     default:
       return GemmKernel::kFma;
   }
@@ -183,7 +189,8 @@ Result<FastKernel> ParseFastKernel(std::string_view name) {
   if (name == "auto") return FastKernel::kAuto;
   if (name == "fma") return FastKernel::kFma;
   if (name == "bf16-dot") return FastKernel::kBf16Dot;
-  return InvalidArgumentError("fast kernel '%.*s': want auto, fma or bf16-dot",
+  if (name == "amx") return FastKernel::kAmx;
+  return InvalidArgumentError("fast kernel '%.*s': want auto, fma, bf16-dot or amx",
                               static_cast<int>(name.size()), name.data());
 }
 
@@ -195,14 +202,19 @@ const char* FastKernelName(FastKernel choice) {
       return "fma";
     case FastKernel::kBf16Dot:
       return "bf16-dot";
+    case FastKernel::kAmx:
+      return "amx";
   }
   return "?";
 }
+
+bool CpuHasAmxTiles() { return linear_internal::AmxTilesPresent(); }
 
 Status ApplyFastKernel(FastKernel choice) {
   if (choice == FastKernel::kBf16Dot && !CpuHasBf16DotUnit()) {
     return UnimplementedError("fast kernel bf16-dot: this CPU has no AVX512-BF16");
   }
+  // kAmx without the tiles runs their scalar model: slow, for tests of the kernel's logic.
   g_fast_kernel.store(choice);
   return Status();
 }
@@ -228,12 +240,19 @@ const char* GemmKernelName(GemmKernel kernel) {
       return "bf16-dot";
     case GemmKernel::kPlainFp32:
       return "plain-fp32";
+    case GemmKernel::kAmxBf16:
+      return "amx-bf16";
   }
   return "?";
 }
 
 size_t LinearInputBytes(const LinearWeight& w, int64_t rows, GemmKernel kernel) {
   const size_t fp32 = AlignUp64(static_cast<size_t>(rows * linear_internal::FmaStride(w)) * 4);
+  if (kernel == GemmKernel::kAmxBf16) {
+    const int64_t stride = linear_internal::AmxStride(w);
+    return AlignUp64(static_cast<size_t>(rows * stride) * 4) +
+           AlignUp64(linear_internal::AmxBlockWords(rows, stride) * 2);
+  }
   if (kernel != GemmKernel::kBf16Dot) return fp32;
   // The quantised fp32 rows (padded to the dot stride), then their bf16 form.
   const int64_t stride = linear_internal::Bf16DotStride(w);
@@ -298,6 +317,14 @@ LinearInput PrepareLinearInput(const LinearWeight& w, std::span<const float> x, 
       input.bf16 = bf16;
       break;
     }
+    case GemmKernel::kAmxBf16: {
+      auto* blocks = reinterpret_cast<uint16_t*>(storage.data() +
+                                                 AlignUp64(static_cast<size_t>(rows * stride) * 4));
+      linear_internal::AmxPrepare(f32, rows, stride, blocks);
+      input.f32 = f32;
+      input.bf16 = blocks;
+      break;
+    }
   }
   return input;
 }
@@ -321,6 +348,9 @@ void LinearOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin,
     case GemmKernel::kBf16Dot:
       linear_internal::Bf16DotOutputs(w, x, o_begin, o_end, y, y_stride);
       break;
+    case GemmKernel::kAmxBf16:
+      linear_internal::AmxOutputs(w, x, o_begin, o_end, y, y_stride);
+      break;
   }
 }
 
@@ -334,10 +364,18 @@ double TileCost(const LinearJob& job) {
 }  // namespace
 
 void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx) {
+  const RooflineRates& roofline = ctx.roofline;
   for (const LinearJob& job : jobs) {
-    ctx.stats.weight_bytes += job.w->weight.size() + job.w->scale.size();
-    ctx.stats.weight_macs += static_cast<uint64_t>(job.w->out) * static_cast<uint64_t>(job.w->in) *
-                             static_cast<uint64_t>(job.x.rows);
+    const uint64_t bytes = job.w->weight.size() + job.w->scale.size();
+    const uint64_t macs = static_cast<uint64_t>(job.w->out) * static_cast<uint64_t>(job.w->in) *
+                          static_cast<uint64_t>(job.x.rows);
+    ctx.stats.weight_bytes += bytes;
+    ctx.stats.weight_macs += macs;
+    if (roofline.peak_flops_per_second > 0 && roofline.read_bytes_per_second > 0) {
+      ctx.stats.roofline_seconds +=
+          std::max(2.0 * static_cast<double>(macs) / roofline.peak_flops_per_second,
+                   static_cast<double>(bytes) / roofline.read_bytes_per_second);
+    }
   }
   ThreadPool& pool = ctx.pool;
   double total = 0.0;

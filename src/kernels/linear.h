@@ -9,7 +9,9 @@
 //   kBf16Dot    x86 with AVX512-BF16: weights decoded exactly to bf16, pairs of exact products
 //               accumulated in fp32 by the bf16 dot-product instruction (VDPBF16PS);
 //   kPlainFp32  the scalar loop summing the exact products in fp32 in index order: the noise
-//               probe of Numerics::kPlainFp32, slow.
+//               probe of Numerics::kPlainFp32, slow;
+//   kAmxBf16    weights decoded exactly to bf16 tiles, TDPBF16PS on the AMX tiles (or a scalar
+//               model of it where the CPU has none: tests), fp32 runs of 512 K into fp64 sums.
 // Every e4m3, e2m1 and bf16 weight value and every fq8_b32-quantised activation is exact in bf16,
 // and their products are exact in fp32, so the fast kernels differ from the exact sum only by
 // their fp32 accumulation order — the freedom §12.8 item 1 allows. That order is fixed per kernel
@@ -56,7 +58,7 @@ struct LinearOptions {
   bool bf16_inputs = false;
 };
 
-enum class GemmKernel : uint8_t { kReference, kFma, kBf16Dot, kPlainFp32 };
+enum class GemmKernel : uint8_t { kReference, kFma, kBf16Dot, kPlainFp32, kAmxBf16 };
 
 // The kernel `numerics` selects for products with `w` under `options` on this CPU: kReference
 // for Numerics::kReference; kBf16Dot where the CPU has AVX512-BF16 (and, for kFast, where it is
@@ -68,17 +70,21 @@ GemmKernel SelectGemmKernel(const LinearWeight& w, const LinearOptions& options,
 bool CpuHasBf16Dot();
 // Whether this CPU has the unit at all, whatever the cap.
 bool CpuHasBf16DotUnit();
+// Whether this CPU runs kAmxBf16 on AMX tiles (elsewhere it runs a scalar model of them).
+bool CpuHasAmxTiles();
 
 // What Numerics::kFast selects where both fast kernels apply: the faster one on this CPU (kAuto),
 // or one forced process-wide, so that a whole test suite runs under each legal kernel whatever
-// the CPU would pick (DSV41_FAST_KERNEL=fma|bf16-dot; CI does this for the model suites).
-enum class FastKernel : uint8_t { kAuto, kFma, kBf16Dot };
+// the CPU would pick (DSV41_FAST_KERNEL=fma|bf16-dot|amx; CI does this for the model suites).
+// kAuto does not pick the AMX kernel yet: it is forced (and measured) until the tile path has
+// been checked against its model on AMX hardware.
+enum class FastKernel : uint8_t { kAuto, kFma, kBf16Dot, kAmx };
 // "auto", "fma" or "bf16-dot"; InvalidArgument naming the value otherwise.
 Result<FastKernel> ParseFastKernel(std::string_view name);
 const char* FastKernelName(FastKernel choice);
 // Applies `choice` process-wide, before or between kernel calls (not while kernels run). A SIMD
 // cap narrows it as it narrows everything: under a cap kBf16Dot selects kFma. kBf16Dot on a CPU
-// without AVX512-BF16: Unimplemented.
+// without AVX512-BF16: Unimplemented. kAmx on a CPU without AMX tiles runs their scalar model.
 Status ApplyFastKernel(FastKernel choice);
 FastKernel CurrentFastKernel();
 // Applies DSV41_FAST_KERNEL when it is set; an error naming the variable for a bad value.
@@ -97,7 +103,8 @@ struct LinearInput {
   int64_t in = 0;
   int64_t stride = 0;              // elements per prepared row
   const float* f32 = nullptr;      // kReference, kPlainFp32, kFma: [rows, stride]
-  const uint16_t* bf16 = nullptr;  // kBf16Dot: [rows, stride] bf16 bits in the kernel's order
+  const uint16_t* bf16 = nullptr;  // kBf16Dot: [rows, stride] bf16 bits in the kernel's order;
+                                   // kAmxBf16: the tile blocks (linear_internal.h)
 };
 
 // Bytes of storage PrepareLinearInput needs (64-byte aligned storage).

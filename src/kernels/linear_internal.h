@@ -53,4 +53,22 @@ bool Bf16DotUnitPresent();
 // True when, besides, no SIMD cap stops it.
 bool Bf16DotSupported();
 
+// ---- kAmxBf16 (AMX-BF16 tiles, or their scalar model) --------------------------------------
+// Prepared input: the fp32 rows [rows, stride] (stride = in rounded up to 32, zero padded, fq8
+// quantised when asked), then their bf16 values in tile blocks: for each group of 16 rows and
+// each K tile of 32, 16 × 32 words, row k holding input row n's elements 2k, 2k + 1 at words
+// 2n, 2n + 1 (rows past `rows` zero). See linear_amx.cc for the order.
+int64_t AmxStride(const LinearWeight& w);
+size_t AmxBlockWords(int64_t rows, int64_t stride);  // bf16 words of the blocks
+void AmxPrepare(const float* x, int64_t rows, int64_t stride, uint16_t* blocks);
+enum class AmxUnit {
+  kBest,
+  kEmulated,
+  kHardware
+};  // kBest: the tiles where present, else the model
+void AmxOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
+                float* y, int64_t y_stride, AmxUnit unit = AmxUnit::kBest);
+// This build has the kernel and the CPU the tiles (and the process their state).
+bool AmxTilesPresent();
+
 }  // namespace dsv41::linear_internal

@@ -14,6 +14,7 @@
 #include "base/exec_context.h"
 #include "gtest/gtest.h"
 #include "hwy/targets.h"
+#include "kernels/linear_internal.h"
 #include "kernels/simd_cap.h"
 #include "numerics/block_quant.h"
 #include "numerics/codecs.h"
@@ -41,8 +42,13 @@ void ForEachKernel(const Fn& fn) {
     SCOPED_TRACE("bf16-dot");
     fn(Numerics::kFastBf16Dot);
   }
-  SCOPED_TRACE("plain-fp32");
-  fn(Numerics::kPlainFp32);
+  {
+    SCOPED_TRACE("plain-fp32");
+    fn(Numerics::kPlainFp32);
+  }
+  // The AMX tile kernel: on the tiles where the CPU has them, else on their scalar model.
+  SCOPED_TRACE(CpuHasAmxTiles() ? "amx-bf16 (tiles)" : "amx-bf16 (model of the tiles)");
+  fn(Numerics::kFastAmx);
 }
 
 // Linear on a context of its own.
@@ -201,6 +207,28 @@ TEST(LinearRefTest, PlainFp32SumsInIndexOrder) {
   std::reverse(x.begin(), x.end());
   RunLinear(w, x, 1, y, options, Numerics::kPlainFp32);
   EXPECT_EQ(y[0], 1.0f + 0x1p-19f);
+}
+
+// The AMX kernel's order (linear_amx.cc): within a K tile of 32, the even and the odd elements
+// each summed in fp32 from 0, then their sum added to the run. Products 1 (even), 2^-24 (odd),
+// 2^-24 (even), 2^-24 (odd): even = 1 + 2^-24 = 1 (a tie to even), odd = 2^-23, so the tile gives
+// 1 + 2^-23 — where one fp32 chain in index order gives 1 and the exact sum 1 + 3·2^-24 rounds to
+// 1 + 2^-22. (Runs on the tiles where present, else on their model.)
+TEST(LinearRefTest, AmxSumsEvenAndOddElementsApartPerTile) {
+  std::vector<uint8_t> weight(2 * 32, 0);
+  for (int i = 0; i < 4; ++i) weight[2 * i + 1] = 0x3F, weight[2 * i] = 0x80;  // bf16 1.0
+  const LinearWeight w{WeightFormat::kBf16, 1, 32, Bytes(weight), {}};
+  std::vector<float> x(32, 0.0f);
+  x[0] = 1.0f;
+  x[1] = x[2] = x[3] = 0x1p-24f;
+  const LinearOptions options{.bf16_inputs = true};
+  std::vector<float> y(1);
+  RunLinear(w, x, 1, y, options, Numerics::kFastAmx);
+  EXPECT_EQ(y[0], 1.0f + 0x1p-23f);
+  RunLinear(w, x, 1, y, options, Numerics::kPlainFp32);
+  EXPECT_EQ(y[0], 1.0f);
+  RunLinear(w, x, 1, y, options, Numerics::kReference);
+  EXPECT_EQ(y[0], 1.0f + 0x1p-22f);
 }
 
 // ---- random matrices: the fast path against LinearRef, LinearRef against an expansion --------
@@ -419,9 +447,12 @@ void CheckCase(WeightFormat format, int64_t out, int64_t in, int64_t rows, bool 
     LinearRef(w, x, rows, ref, options);
     for (int64_t i = 0; i < rows * out; ++i) ASSERT_EQ(ref[i], e.exact[i]) << "index " << i;
     ForEachKernel([&](Numerics numerics) {
-      // The bf16 dot kernel's domain: unscaled weights times x above 2^-126 (bf16 DAZ), always
+      // The bf16 dot and AMX kernels' domain: unscaled weights times x above 2^-126 (DAZ), always
       // so for fq8_b32 activations (|x| >= 2^-31 or 0); raw inputs near 2^-120 are outside it.
-      if (numerics == Numerics::kFastBf16Dot && !quantize && x_scale < 0x1p-60f) return;
+      if ((numerics == Numerics::kFastBf16Dot || numerics == Numerics::kFastAmx) && !quantize &&
+          x_scale < 0x1p-60f) {
+        return;
+      }
       std::vector<float> y(rows * out, -7.0f);
       RunLinear(w, x, rows, y, options, numerics);
       for (int64_t i = 0; i < rows * out; ++i) {
@@ -604,6 +635,9 @@ TEST(LinearTest, KernelSelection) {
             GemmKernel::kFma);
   EXPECT_EQ(SelectGemmKernel(bf16, {.bf16_inputs = true}, Numerics::kPlainFp32),
             GemmKernel::kPlainFp32);
+  EXPECT_EQ(SelectGemmKernel(fp8, {.quantize_activations = true}, Numerics::kFastAmx),
+            GemmKernel::kAmxBf16);
+  EXPECT_EQ(SelectGemmKernel(f32, {.bf16_inputs = true}, Numerics::kFastAmx), GemmKernel::kFma);
   EXPECT_EQ(SelectGemmKernel(bf16, {}, Numerics::kFastBf16Dot), GemmKernel::kFma);
   EXPECT_EQ(SelectGemmKernel(f32, {.bf16_inputs = true}, Numerics::kFastBf16Dot), GemmKernel::kFma);
   const GemmKernel dot = CpuHasBf16Dot() ? GemmKernel::kBf16Dot : GemmKernel::kFma;
@@ -629,10 +663,60 @@ TEST(LinearTest, ForcedFastKernelDecidesWhatFastSelects) {
     EXPECT_EQ(dot.code(), StatusCode::kUnimplemented);
     EXPECT_NE(dot.message().find("AVX512-BF16"), std::string::npos) << dot.message();
   }
-  EXPECT_FALSE(ParseFastKernel("amx").ok());
-  EXPECT_NE(ParseFastKernel("amx").status().message().find("'amx'"), std::string::npos);
+  EXPECT_FALSE(ParseFastKernel("tpu").ok());
+  EXPECT_NE(ParseFastKernel("tpu").status().message().find("'tpu'"), std::string::npos);
+  EXPECT_EQ(*ParseFastKernel("amx"), FastKernel::kAmx);
   EXPECT_EQ(*ParseFastKernel("bf16-dot"), FastKernel::kBf16Dot);
   ASSERT_TRUE(ApplyFastKernel(before).ok());
+}
+
+// The AMX kernel's packing and loops on the CPU's tiles against the tiles' scalar model (odd
+// shapes: partial output and row tiles, K tails, several 512-element runs, unfoldable scale
+// bytes): within the fp32 bound of the exact sum like every kernel, and the count of results
+// whose bits differ from the model printed (the model follows the SDM's pseudo-code; a hardware
+// rounding it does not capture shows there, not as a failure). Where the CPU has no tiles only the
+// model runs (every test through ForEachKernel), and this test says so.
+TEST(LinearAmxTest, TilesAgreeWithTheModel) {
+  if (!CpuHasAmxTiles()) {
+    GTEST_SKIP() << "no AMX tiles on this CPU: the AMX kernel ran on the scalar model of the tiles";
+  }
+  std::mt19937 rng(31);
+  size_t num_results = 0, num_differing = 0;
+  for (const WeightFormat f :
+       {WeightFormat::kBf16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+    for (const auto& [out, in, rows] : {std::tuple<int64_t, int64_t, int64_t>{37, 70, 1},
+                                        std::tuple<int64_t, int64_t, int64_t>{64, 1100, 17},
+                                        std::tuple<int64_t, int64_t, int64_t>{9, 96, 40}}) {
+      const int64_t k = f == WeightFormat::kMxfp4 ? (in + 31) / 32 * 32 : in;
+      const bool fp8 = f == WeightFormat::kFp8Block;
+      const StoredWeight s = MakeWeight(f, out, k, 0, rng, fp8 ? 5 : 100, fp8 ? 250 : 150);
+      const LinearWeight w = s.View();
+      std::vector<float> x = RandomActivations(rows * k, rng);
+      for (float& v : x) v = Bf16Round(v);
+      const bool quantize = f != WeightFormat::kBf16;
+      const LinearOptions options{.quantize_activations = quantize, .bf16_inputs = true};
+      std::vector<std::byte> storage(LinearInputBytes(w, rows, GemmKernel::kAmxBf16) + 64);
+      const size_t skip = (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+      const LinearInput input =
+          PrepareLinearInput(w, x, rows, options, GemmKernel::kAmxBf16,
+                             std::span<std::byte>(storage).subspan(skip, storage.size() - skip));
+      std::vector<float> tiles(rows * out), model(rows * out);
+      linear_internal::AmxOutputs(w, input, 0, out, tiles.data(), out,
+                                  linear_internal::AmxUnit::kHardware);
+      linear_internal::AmxOutputs(w, input, 0, out, model.data(), out,
+                                  linear_internal::AmxUnit::kEmulated);
+      const Expected e = ExpandedProduct(s, x, rows, quantize);
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        ASSERT_LE(std::fabs(static_cast<double>(tiles[i]) - e.exact[i]),
+                  Bound(k, e.abs_sum[i], e.exact[i]))
+            << Name(f) << " " << out << "x" << k << " rows " << rows << " index " << i;
+        ++num_results;
+        num_differing += std::bit_cast<uint32_t>(tiles[i]) != std::bit_cast<uint32_t>(model[i]);
+      }
+    }
+  }
+  std::printf("AMX tiles present: %zu of %zu results differ in bits from the tiles' model\n",
+              num_differing, num_results);
 }
 
 }  // namespace

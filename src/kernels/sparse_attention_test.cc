@@ -15,13 +15,14 @@ namespace dsv41 {
 namespace {
 
 // The SIMD form equals the scalar reference bit for bit: head sizes 1..130 (odd and beyond the
-// vector widths), 1..200 keys (one to four 64-key blocks, partial last blocks), bf16 queries and
-// e4m3-like keys at several scales, sinks above and below the scores, on every Highway target.
+// vector widths) and the released 512, 1..200 keys (one to four 64-key blocks, partial last
+// blocks) and the released window plus top-k (128 + 512), bf16 queries and e4m3-like keys at
+// several scales, sinks above and below the scores, on every Highway target.
 TEST(SinkAttentionTest, SimdEqualsReference) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (size_t dim : {1u, 7u, 16u, 64u, 130u}) {
-    for (size_t num_keys : {1u, 5u, 64u, 65u, 128u, 200u}) {
+  for (size_t dim : {1u, 7u, 16u, 64u, 130u, 512u}) {
+    for (size_t num_keys : {1u, 5u, 64u, 65u, 128u, 200u, 640u}) {
       for (float sink : {-3.0f, 0.5f, 8.0f}) {
         std::vector<float> q(dim);
         for (float& v : q) v = Bf16Round(4.0f * value(rng));

@@ -1,12 +1,16 @@
 // main() of every test binary: the kernel dispatch settings a run asks for are applied before any
 // test — the SIMD cap (kernels/simd_cap.h; DSV41_SIMD, or `--simd best|avx2|scalar` after the
 // GoogleTest flags) and then the fast kernel (kernels/linear.h; DSV41_FAST_KERNEL, or
-// `--fast-kernel auto|fma|bf16-dot`). The binary says what the kernels dispatch to, then runs the
-// tests. A kernel this CPU lacks exits with kSkipped, which ctest reports as skipped.
+// `--fast-kernel auto|fma|bf16-dot|amx`). The binary says what the kernels dispatch to, then runs
+// the tests. A kernel this CPU lacks exits with kSkipped, which ctest reports as skipped.
+// DSV41_POISON_MEMORY=1 fills fresh arena and KV cache memory with 0xFF (base/poison.h), so a read
+// of memory nobody wrote fails the tests (the sanitizer job runs so).
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
+#include "base/poison.h"
 #include "gtest/gtest.h"
 #include "kernels/linear.h"
 #include "kernels/simd_cap.h"
@@ -31,10 +35,13 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "unknown argument %s (want --simd best|avx2|scalar, --fast-kernel "
-                   "auto|fma|bf16-dot)\n",
+                   "auto|fma|bf16-dot|amx)\n",
                    argv[i]);
       return kBadArguments;
     }
+  }
+  if (const char* poison = std::getenv("DSV41_POISON_MEMORY"); poison != nullptr) {
+    dsv41::SetPoisonFreshMemory(std::strcmp(poison, "1") == 0);
   }
   dsv41::Status applied = dsv41::ApplySimdCapFromEnvironment();
   if (applied.ok() && simd_arg != nullptr) {
@@ -59,8 +66,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", applied.ToString().c_str());
     return kBadArguments;
   }
-  std::fprintf(stderr, "kernels dispatch to %s (cap %s, fast kernel %s)\n",
+  const bool emulated_tiles =
+      dsv41::CurrentFastKernel() == dsv41::FastKernel::kAmx && !dsv41::CpuHasAmxTiles();
+  std::fprintf(stderr, "kernels dispatch to %s (cap %s, fast kernel %s%s)\n",
                dsv41::ActiveSimdTargetName().c_str(), dsv41::SimdCapName(dsv41::CurrentSimdCap()),
-               dsv41::FastKernelName(dsv41::CurrentFastKernel()));
+               dsv41::FastKernelName(dsv41::CurrentFastKernel()),
+               emulated_tiles ? ", AMX tiles emulated: this CPU has none" : "");
   return RUN_ALL_TESTS();
 }

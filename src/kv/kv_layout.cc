@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "base/poison.h"
 #include "numerics/codecs.h"
 #include "numerics/fake_quant.h"
 
@@ -114,6 +115,7 @@ KvCacheStorage::KvCacheStorage(const CachePlan& plan, const ModelConfig& config,
     std::byte* buffer = static_cast<std::byte*>(std::calloc(std::max<size_t>(bytes, 1), 1));
     DSV41_CHECK(buffer != nullptr, "out of memory for %zu KV cache bytes of slot %d", bytes,
                 slot.slot_idx);
+    PoisonIfAsked(buffer, bytes);
     slots_.emplace_back(buffer);
     view_.base.push_back(buffer);
     view_.page_bytes.push_back(slot.page_bytes);

@@ -36,8 +36,10 @@ void RecordMainHidden(std::span<const float> x, std::span<const int32_t> rows, i
 // observer.
 void ReportSelections(const LayerRole& role, std::span<const BatchRequest> requests,
                       std::span<const IndexerForwardState> index_state,
-                      std::span<const CompressedSelection> selections, ForwardObserver& observer) {
+                      std::span<const CompressedSelection> selections, ForwardObserver& observer,
+                      StepArena& arena) {
   for (size_t i = 0; i < requests.size(); ++i) {
+    ArenaScope scope(arena);
     const BatchRequest& r = requests[i];
     ForwardObserver::Selection s{.start_pos = r.start_pos,
                                  .num_tokens = r.num_tokens,
@@ -46,7 +48,15 @@ void ReportSelections(const LayerRole& role, std::span<const BatchRequest> reque
                                  .per_token = selections[i].per_token,
                                  .candidates = {},
                                  .num_entries = (r.start_pos + r.num_tokens) / role.ratio};
-    if (role.is_candidate_source) s.candidates = index_state[i].candidates[role.layer].mask;
+    if (role.is_candidate_source) {  // the kept blocks as the observer's dense mask
+      const IndexerForwardState::Candidates& cand = index_state[i].candidates[role.layer];
+      const std::span<uint8_t> mask =
+          arena.Alloc<uint8_t>(static_cast<size_t>(r.num_tokens) * s.num_entries);
+      for (int64_t t = 0; t < r.num_tokens; ++t) {
+        cand.RowMask(t, mask.subspan(t * s.num_entries, s.num_entries));
+      }
+      s.candidates = mask;
+    }
     observer.OnSelection(role.layer, i, s);
   }
 }
@@ -292,7 +302,7 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, EngramSt
       }
       for (size_t i = 0; i < num_requests; ++i) selections[i] = index_state[i].SelectionFor(role);
       if (ctx.observer.get().WantsSelections()) {
-        ReportSelections(role, batch.requests, index_state, selections, ctx.observer);
+        ReportSelections(role, batch.requests, index_state, selections, ctx.observer, ctx.arena);
       }
     }
     layer.attention->Forward(sub_in, qr, batch.requests, cache,

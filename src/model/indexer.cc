@@ -37,22 +37,16 @@ std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k) {
   return out;
 }
 
-void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t num_blocks,
-                   int32_t block_size, std::span<uint8_t> mask) {
+int32_t CandidateBlocks(std::span<const float> scores, int32_t num_visible, int32_t num_blocks,
+                        int32_t block_size, std::span<int32_t> blocks, std::span<float> block_score,
+                        std::span<int32_t> order, std::span<int32_t> picks) {
   const int32_t n = static_cast<int32_t>(scores.size());
-  DSV41_CHECK(mask.size() == scores.size(), "mask %zu, scores %zu", mask.size(), scores.size());
   DSV41_CHECK(block_size >= 1 && num_blocks >= 0, "blocks %d of %d", num_blocks, block_size);
   const int32_t n_blocks = (n + block_size - 1) / block_size;
-  // Scratch on the stack up to 1024 blocks (a candidate pool over more entries takes the heap).
-  constexpr int32_t kStackBlocks = 1024;
-  float stack_scores[kStackBlocks];
-  int32_t stack_order[kStackBlocks], stack_picks[kStackBlocks];
-  const bool heap = n_blocks > kStackBlocks;
-  std::vector<float> heap_scores(heap ? n_blocks : 0);
-  std::vector<int32_t> heap_order(heap_scores.size()), heap_picks(heap_scores.size());
-  const std::span<float> block_score(heap ? heap_scores.data() : stack_scores, n_blocks);
-  const std::span<int32_t> order(heap ? heap_order.data() : stack_order, n_blocks);
-  const std::span<int32_t> picks(heap ? heap_picks.data() : stack_picks, n_blocks);
+  DSV41_CHECK(block_score.size() >= static_cast<size_t>(n_blocks) &&
+                  order.size() >= block_score.size() && picks.size() >= block_score.size(),
+              "candidate scratch of %zu blocks, %d wanted", block_score.size(), n_blocks);
+  block_score = block_score.first(static_cast<size_t>(n_blocks));
   std::fill(block_score.begin(), block_score.end(), -kInf);
   for (int32_t i = 0; i < n; ++i) {
     float& b = block_score[i / block_size];
@@ -60,12 +54,40 @@ void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t n
   }
   const int32_t pinned = FloorDiv(num_visible - 1, block_size);
   if (pinned >= 0 && pinned < n_blocks) block_score[pinned] = kInf;
-  std::fill(mask.begin(), mask.end(), uint8_t{0});
   const int32_t num_picks =
-      TopKAscendingSimd(block_score, std::min(num_blocks, n_blocks), order, picks);
+      TopKAscendingSimd(block_score, std::min(num_blocks, n_blocks),
+                        order.first(block_score.size()), picks.first(block_score.size()));
+  int32_t kept = 0;
   for (int32_t b : picks.first(static_cast<size_t>(num_picks))) {
-    if (!(block_score[b] > -kInf)) continue;
-    for (int32_t i = b * block_size; i < std::min(n, (b + 1) * block_size); ++i) mask[i] = 1;
+    if (block_score[b] > -kInf) blocks[kept++] = b;
+  }
+  return kept;
+}
+
+void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t num_blocks,
+                   int32_t block_size, std::span<uint8_t> mask) {
+  DSV41_CHECK(mask.size() == scores.size(), "mask %zu, scores %zu", mask.size(), scores.size());
+  const size_t n_blocks = (scores.size() + block_size - 1) / std::max(block_size, 1);
+  std::vector<float> block_score(n_blocks);
+  std::vector<int32_t> order(n_blocks), picks(n_blocks), blocks(n_blocks);
+  const int32_t kept = CandidateBlocks(scores, num_visible, num_blocks, block_size, blocks,
+                                       block_score, order, picks);
+  std::fill(mask.begin(), mask.end(), uint8_t{0});
+  for (int32_t b : std::span<const int32_t>(blocks).first(static_cast<size_t>(kept))) {
+    for (size_t i = static_cast<size_t>(b) * block_size;
+         i < std::min(mask.size(), static_cast<size_t>(b + 1) * block_size); ++i) {
+      mask[i] = 1;
+    }
+  }
+}
+
+void IndexerForwardState::Candidates::RowMask(int64_t t, std::span<uint8_t> mask) const {
+  std::fill(mask.begin(), mask.end(), uint8_t{0});
+  for (int32_t b : Row(t)) {
+    for (size_t i = static_cast<size_t>(b) * block_size;
+         i < std::min(mask.size(), static_cast<size_t>(b + 1) * block_size); ++i) {
+      mask[i] = 1;
+    }
   }
 }
 
@@ -150,8 +172,12 @@ void DrawPublishedState(const ModelConfig& config, const LayerRole& role,
     if (role.candidate_mode == CandidateMode::kProduce) {
       IndexerForwardState::Candidates& cand = states[i].candidates[role.layer];
       cand.num_entries = (r.start_pos + r.num_tokens) / role.ratio;
-      cand.mask =
-          arena.AllocZeroed<uint8_t>(IndexerScoreElements(r.start_pos, r.num_tokens, role.ratio));
+      cand.block_size = config.candidate_block_size;
+      cand.per_token =
+          std::max(0, std::min(config.candidate_topk_blocks,
+                               (cand.num_entries + cand.block_size - 1) / cand.block_size));
+      cand.blocks = arena.Alloc<int32_t>(static_cast<size_t>(r.num_tokens) * cand.per_token);
+      cand.counts = arena.AllocZeroed<int32_t>(static_cast<size_t>(r.num_tokens));
     }
   }
 }
@@ -175,6 +201,19 @@ struct ScoreSource {
   std::span<const uint32_t> table;
 };
 
+// A candidate filter's view of its source's candidates for one pass: token t of the pass is row
+// row0 + t. `cand` null: no filter.
+struct CandidateRows {
+  const IndexerForwardState::Candidates* cand = nullptr;
+  int64_t row0 = 0;
+  // Whether token t keeps an entry of [begin, end).
+  bool KeepsAny(int64_t t, int32_t begin, int32_t end) const {
+    const std::span<const int32_t> row = cand->Row(row0 + t);
+    const auto it = std::lower_bound(row.begin(), row.end(), begin / cand->block_size);
+    return it != row.end() && *it <= (end - 1) / cand->block_size;
+  }
+};
+
 // Steps 3–4 straight from the paged index-key rows: scores[t, n] over the visible entries, −inf
 // elsewhere (and where a candidate filter's mask, when given, rules out a whole tile). Items are
 // (chunk of kScoreTokenChunk tokens, tile of kIndexKeyTileEntries entries) pairs, enumerated
@@ -182,7 +221,7 @@ struct ScoreSource {
 // prefill's triangle; each tile is decoded once per item and each score is computed by one item
 // (IndexerScoresTile has the reference's bits), so the split never matters.
 void ScoreEntries(const RequestQueries& q, int64_t t_req, const ScoreSource& source,
-                  std::span<const uint8_t> filter_mask, std::span<float> scores,
+                  const CandidateRows& filter, std::span<float> scores,
                   std::span<IndexKeyTile> tiles, std::span<float> scratch_of, ExecContext& ctx) {
   const int32_t n = q.num_entries;
   const int64_t num_heads = q.num_heads;
@@ -222,10 +261,7 @@ void ScoreEntries(const RequestQueries& q, int64_t t_req, const ScoreSource& sou
         const int32_t visible = (q.start_pos + static_cast<int32_t>(t) + 1) / q.ratio;
         const int32_t count = std::min(e_count, visible - e_begin);
         if (count <= 0) continue;
-        if (!filter_mask.empty()) {
-          const auto mask = filter_mask.subspan(t * n + e_begin, count);
-          if (std::none_of(mask.begin(), mask.end(), [](uint8_t m) { return m != 0; })) continue;
-        }
+        if (filter.cand != nullptr && !filter.KeepsAny(t, e_begin, e_begin + count)) continue;
         IndexerScoresTile(
             std::span<const float>(q.qi + t * num_heads * head_dim, num_heads * head_dim),
             std::span<const float>(q.w + t * num_heads, num_heads),
@@ -237,44 +273,55 @@ void ScoreEntries(const RequestQueries& q, int64_t t_req, const ScoreSource& sou
   ctx.pool.ParallelFor(first_item[num_chunks], 1, score_items);
 }
 
-// A candidate filter's mask over [t_req, n] when it can skip tiles before scoring (the checks are
-// ApplyCandidateLevel's); empty otherwise.
-std::span<const uint8_t> FilterMask(const ModelConfig& config, const LayerRole& role,
-                                    const IndexerForwardState& state, int32_t n, int64_t t_req) {
+// The candidates a candidate filter reads (its source's, for the same request), or none.
+CandidateRows FilterFor(const ModelConfig& config, const LayerRole& role,
+                        const IndexerForwardState& state, int32_t n, int64_t t_req) {
   if (role.candidate_mode != CandidateMode::kFilter) return {};
   const int32_t source = config.candidate_source_layer_id;
-  if (source < 0 || static_cast<size_t>(source) >= state.candidates.size()) return {};
+  DSV41_CHECK(source >= 0 && static_cast<size_t>(source) < state.candidates.size() &&
+                  !state.candidates[source].counts.empty(),
+              "layer %d: candidate source %d has not run", role.layer, source);
   const IndexerForwardState::Candidates& cand = state.candidates[source];
-  if (cand.num_entries != n || cand.mask.size() != static_cast<size_t>(t_req) * n) return {};
-  return cand.mask;
+  DSV41_CHECK(cand.num_entries == n && cand.counts.size() == static_cast<size_t>(t_req),
+              "layer %d: candidates of %zu tokens over %d entries, keys %d of %lld tokens",
+              role.layer, cand.counts.size(), cand.num_entries, n, static_cast<long long>(t_req));
+  return CandidateRows{.cand = &cand, .row0 = 0};
 }
 
-// Step 5: a candidate source publishes its mask; a candidate filter sets the scores outside its
-// source's mask to −inf.
+// Step 5 over one pass's scores ([t_pass, n_pass], the request's tokens row0..): a candidate
+// source publishes each token's kept blocks; a candidate filter sets the scores outside its
+// source's blocks to −inf.
 void ApplyCandidateLevel(const ModelConfig& config, const LayerRole& role, const RequestQueries& q,
-                         int64_t t_req, IndexerForwardState& state, std::span<float> scores) {
+                         int64_t t_pass, int64_t row0, IndexerForwardState& state,
+                         const CandidateRows& filter, std::span<float> scores, StepArena& arena) {
   const int32_t n = q.num_entries;
   if (role.candidate_mode == CandidateMode::kProduce) {
     IndexerForwardState::Candidates& cand = state.candidates[role.layer];
-    DSV41_CHECK(cand.num_entries == n, "candidate mask of %d entries, %d keys", cand.num_entries,
-                n);
-    for (int64_t t = 0; t < t_req; ++t) {
+    ArenaScope scope(arena);
+    const size_t n_blocks = static_cast<size_t>((n + cand.block_size - 1) / cand.block_size);
+    const std::span<float> block_score = arena.Alloc<float>(n_blocks);
+    const std::span<int32_t> order = arena.Alloc<int32_t>(n_blocks);
+    const std::span<int32_t> picks = arena.Alloc<int32_t>(n_blocks);
+    for (int64_t t = 0; t < t_pass; ++t) {
       const int32_t visible = (q.start_pos + static_cast<int32_t>(t) + 1) / q.ratio;
-      CandidateMask(std::span<const float>(scores.subspan(t * n, n)), visible,
-                    config.candidate_topk_blocks, config.candidate_block_size,
-                    std::span<uint8_t>(cand.mask).subspan(t * n, n));
+      const std::span<int32_t> row =
+          cand.blocks.subspan((row0 + t) * cand.per_token, cand.per_token);
+      std::fill(row.begin(), row.end(), -1);
+      cand.counts[row0 + t] = CandidateBlocks(std::span<const float>(scores.subspan(t * n, n)),
+                                              visible, config.candidate_topk_blocks,
+                                              cand.block_size, row, block_score, order, picks);
     }
-  } else if (role.candidate_mode == CandidateMode::kFilter) {
-    const int32_t source = config.candidate_source_layer_id;
-    DSV41_CHECK(source >= 0 && static_cast<size_t>(source) < state.candidates.size() &&
-                    !state.candidates[source].mask.empty(),
-                "layer %d: candidate source %d has not run", role.layer, source);
-    const IndexerForwardState::Candidates& cand = state.candidates[source];
-    DSV41_CHECK(cand.num_entries == n && cand.mask.size() == scores.size(),
-                "layer %d: candidate mask over %d entries, keys %d", role.layer, cand.num_entries,
-                n);
-    for (size_t s = 0; s < scores.size(); ++s) {
-      if (cand.mask[s] == 0) scores[s] = -kInf;
+  } else if (filter.cand != nullptr) {
+    const int32_t block_size = filter.cand->block_size;
+    for (int64_t t = 0; t < t_pass; ++t) {
+      const std::span<float> row = scores.subspan(t * n, n);
+      int32_t next = 0;  // entries before the next kept block go to −inf
+      for (int32_t b : filter.cand->Row(filter.row0 + t)) {
+        const int32_t begin = std::min(n, b * block_size);
+        std::fill(row.begin() + next, row.begin() + std::max(next, begin), -kInf);
+        next = std::min(n, (b + 1) * block_size);
+      }
+      std::fill(row.begin() + next, row.end(), -kInf);
     }
   }
 }
@@ -342,6 +389,44 @@ void Indexer::ProjectQueries(std::span<const float> x, std::span<const float> qr
   }
 }
 
+namespace {
+
+// Steps 3–6 for tokens [t0, t0 + t_pass) of request `request_idx` (of t_req new tokens): their
+// scores in a matrix of their own, the candidate level, their top-k rows.
+void ScorePass(const ModelConfig& config, const LayerRole& role, const RequestQueries& q,
+               int64_t t_req, int64_t t0, int64_t t_pass, const ScoreSource& keys,
+               size_t request_idx, IndexerForwardState& state, std::span<IndexKeyTile> tiles,
+               std::span<float> scratch_of, ExecContext& ctx) {
+  StepArena& arena = ctx.arena;
+  ArenaScope scope(arena);
+  const int64_t heads = q.num_heads;
+  const RequestQueries pass{
+      .qi = q.qi + t0 * heads * q.head_dim,
+      .w = q.w + t0 * heads,
+      .head_exact = q.head_exact.subspan(t0 * heads, t_pass * heads),
+      .num_heads = heads,
+      .head_dim = q.head_dim,
+      .start_pos = q.start_pos + static_cast<int32_t>(t0),
+      .ratio = q.ratio,
+      .num_entries = (q.start_pos + static_cast<int32_t>(t0 + t_pass)) / q.ratio};
+  CandidateRows filter = FilterFor(config, role, state, q.num_entries, t_req);
+  filter.row0 = t0;
+  std::span<float> scores =
+      arena.Alloc<float>(IndexerScoreElements(pass.start_pos, t_pass, role.ratio));
+  ScoreEntries(pass, t_pass, keys, filter, scores, tiles, scratch_of, ctx);
+  ApplyCandidateLevel(config, role, pass, t_pass, t0, state, filter, scores, arena);
+  ForwardObserver& observer = ctx.observer;
+  const bool observed = observer.WantsIndexerScores();
+  const std::span<uint8_t> tie =
+      observed ? arena.AllocZeroed<uint8_t>(static_cast<size_t>(t_pass)) : std::span<uint8_t>();
+  const int32_t topk = config.index_topk;
+  SelectTopK(pass, t_pass, topk, scores,
+             state.topk[role.layer].entries.subspan(t0 * topk, t_pass * topk), tie, arena);
+  if (observed) observer.OnIndexerScores(role.layer, request_idx, scores, tie);
+}
+
+}  // namespace
+
 void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
                       std::span<const BatchRequest> requests, const KvCacheView& cache,
                       std::span<IndexerForwardState> states, ExecContext& ctx) const {
@@ -379,35 +464,31 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
   std::span<float> scratch_of =
       arena.Alloc<float>(num_threads * IndexerScoresTileScratch(num_heads, head_dim));
   for (size_t i = 0; i < requests.size(); ++i) {
-    ArenaScope request_scope(arena);
     const BatchRequest& r = requests[i];
-    const int64_t t_req = r.num_tokens;
     const RequestQueries q{
         .qi = qi.data() + r.first_row * num_heads * head_dim,
         .w = w.data() + r.first_row * num_heads,
-        .head_exact = head_exact.subspan(r.first_row * num_heads, t_req * num_heads),
+        .head_exact = head_exact.subspan(r.first_row * num_heads, r.num_tokens * num_heads),
         .num_heads = num_heads,
         .head_dim = head_dim,
         .start_pos = r.start_pos,
         .ratio = role_.ratio,
         .num_entries = (r.start_pos + r.num_tokens) / role_.ratio};
-    const int32_t n = q.num_entries;
-    std::span<float> scores =
-        arena.Alloc<float>(IndexerScoreElements(r.start_pos, t_req, role_.ratio));
     // The clean rule: the own kv source's keys; the official slot may name another source.
     const KvSourcePlaces& key_source = *layout.sources[IndexKeySourceLayer(
         plan_, role_, r.start_pos, r.num_tokens, ctx.official_index_key_slot)];
     const ScoreSource keys{.cache = &cache,
                            .place = &key_source.index,
                            .table = r.block_tables[key_source.kv.group_idx]};
-    ScoreEntries(q, t_req, keys, FilterMask(config_, role_, states[i], n, t_req), scores, tiles,
-                 scratch_of, ctx);
-    IndexerForwardState& state = states[i];
-    ApplyCandidateLevel(config_, role_, q, t_req, state, scores);
-    const std::span<uint8_t> tie =
-        observed ? arena.AllocZeroed<uint8_t>(static_cast<size_t>(t_req)) : std::span<uint8_t>();
-    SelectTopK(q, t_req, config_.index_topk, scores, state.topk[role_.layer].entries, tie, arena);
-    if (observed) observer.OnIndexerScores(role_.layer, i, scores, tie);
+    // An observer sees each request's whole score matrix; otherwise long contexts score their
+    // tokens in passes within the budget.
+    const int64_t per_pass = observed ? r.num_tokens
+                                      : IndexerTokensPerPass(r.start_pos, r.num_tokens, role_.ratio,
+                                                             ctx.indexer_score_budget_bytes);
+    for (int64_t t0 = 0; t0 < r.num_tokens; t0 += per_pass) {
+      ScorePass(config_, role_, q, r.num_tokens, t0, std::min(per_pass, r.num_tokens - t0), keys, i,
+                states[i], tiles, scratch_of, ctx);
+    }
   }
 }
 

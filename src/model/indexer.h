@@ -45,6 +45,12 @@ std::vector<int32_t> TopKAscending(std::span<const float> scores, int32_t k);
 void CandidateMask(std::span<const float> scores, int32_t num_visible, int32_t num_blocks,
                    int32_t block_size, std::span<uint8_t> mask);
 
+// The same selection as the kept block ids, ascending, into `blocks` (room for num_blocks); returns
+// how many. `block_score`, `order`, `picks`: scratch of ceil(N / block_size) each.
+int32_t CandidateBlocks(std::span<const float> scores, int32_t num_visible, int32_t num_blocks,
+                        int32_t block_size, std::span<int32_t> blocks, std::span<float> block_score,
+                        std::span<int32_t> order, std::span<int32_t> picks);
+
 // model.md §7.5 step 2's constant fp32(index_head_dim^−½ · index_n_heads^−½): the two powers
 // multiplied in double, rounded once.
 float IndexWeightScale(const ModelConfig& config);
@@ -61,9 +67,20 @@ struct IndexerForwardState {
     int32_t per_token = 0;
   };
   struct Candidates {
-    // [num_tokens, num_entries] 0/1 over the kv source's entries at the time it was computed.
-    std::span<uint8_t> mask;
+    // [num_tokens, per_token]: each token's kept blocks of block_size entries (CandidateBlocks),
+    // ascending, −1 padded; `counts` [num_tokens] how many. Over the kv source's num_entries
+    // entries at the time it was computed.
+    std::span<int32_t> blocks;
+    std::span<int32_t> counts;
+    int32_t per_token = 0;
+    int32_t block_size = 0;
     int32_t num_entries = 0;
+    // Token t's kept blocks.
+    std::span<const int32_t> Row(int64_t t) const {
+      return std::span<const int32_t>(blocks).subspan(t * per_token, counts[t]);
+    }
+    // Token t's candidates as a 0/1 mask over mask.size() entries.
+    void RowMask(int64_t t, std::span<uint8_t> mask) const;
   };
   std::span<TopK> topk;              // by layer id: what that index-source layer published
   std::span<Candidates> candidates;  // by layer id: what that candidate source published

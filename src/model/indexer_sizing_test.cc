@@ -40,5 +40,24 @@ TEST(IndexerSizingTest, DefaultChunkAndDecodeAt1MContext) {
   EXPECT_EQ(IndexerScoreElements(1'000'001, 4095, 2), size_t{4095} * 502'048);
 }
 
+// Within the default 64 MiB budget the indexer scores the last 2048-token chunk of a 1M-token
+// prompt in passes of 16 tokens (16 × 2^20 × 4 B = 64 MiB), a 2048-token chunk at 32K context in
+// passes of 512, and whatever fits in one pass whole.
+TEST(IndexerSizingTest, PassesKeepTheScoreMatrixWithinTheBudget) {
+  const size_t budget = size_t{64} << 20;
+  EXPECT_EQ(IndexerTokensPerPass(kReleasedContext - 2048, 2048, 1, budget), 16);
+  EXPECT_EQ(IndexerTokensPerPass(kReleasedContext - 2048, 2048, 2, budget), 32);
+  EXPECT_EQ(IndexerTokensPerPass(32768 - 2048, 2048, 1, budget), 512);
+  EXPECT_EQ(IndexerTokensPerPass(4096 - 2048, 2048, 1, budget), 2048);  // 32 MiB: one pass
+  EXPECT_EQ(IndexerTokensPerPass(kReleasedContext - 1, 1, 1, budget), 1);
+  for (const int32_t ratio : {1, 2}) {
+    const int64_t per_pass = IndexerTokensPerPass(kReleasedContext - 2048, 2048, ratio, budget);
+    EXPECT_LE(IndexerScoreBytes(kReleasedContext - 2048, per_pass, ratio), budget);
+  }
+  // Never fewer than 16 tokens (one decoded key tile's worth), even past the budget.
+  EXPECT_EQ(IndexerTokensPerPass(kReleasedContext - 2048, 2048, 1, 1), 16);
+  EXPECT_EQ(IndexerTokensPerPass(0, 7, 1, 1), 7);
+}
+
 }  // namespace
 }  // namespace dsv41

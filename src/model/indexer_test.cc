@@ -310,8 +310,10 @@ TEST_P(IndexerGoldenTest, ScoresTopKTiesAndCandidatesMatch) {
         // pinned block (harmless: those entries are −inf anyway).
         const int64_t visible = (p + 1) / role.ratio;
         const IndexerForwardState::Candidates& cand = state.candidates[l];
+        std::vector<uint8_t> row(static_cast<size_t>(n));
+        cand.RowMask(p, row);
         for (int64_t e = 0; e < n; ++e) {
-          const int64_t mine = e < visible ? cand.mask[p * n + e] : 0;
+          const int64_t mine = e < visible ? row[e] : 0;
           cand_mismatch += mine != want_cand[p * n + e];
         }
       }

@@ -134,8 +134,12 @@ Result<Moe> Moe::Load(const ModelWeights& weights, std::string_view prefix) {
     DSV41_ASSIGN_OR_RETURN(expert.w3, GetLinear(weights, expert_prefix + ".w3", inter, hidden));
     return expert;
   };
-  moe.experts_.reserve(static_cast<size_t>(num_experts));
-  for (int64_t e = 0; e < num_experts; ++e) {
+  moe.num_experts_ = num_experts;
+  moe.moe_idx_ = MoeIndex(config, p);
+  moe.shard_ = weights.shard();
+  moe.owned_ = ShardExperts(num_experts, moe.moe_idx_, moe.shard_);
+  moe.experts_.reserve(static_cast<size_t>(moe.owned_.size()));
+  for (int64_t e = moe.owned_.begin; e < moe.owned_.end; ++e) {
     DSV41_ASSIGN_OR_RETURN(Expert expert, load_expert(p + ".ffn.experts." + std::to_string(e)));
     moe.experts_.push_back(expert);
   }
@@ -212,7 +216,7 @@ void Moe::Route(std::span<const float> x, int64_t num_tokens, std::span<const ui
                 std::span<int32_t> chosen, std::span<float> chosen_weights,
                 ExecContext& ctx) const {
   ArenaScope scope(ctx.arena);
-  const int64_t num_experts = static_cast<int64_t>(experts_.size());
+  const int64_t num_experts = num_experts_;
   const int32_t k = router_.top_k;
   // §8 Gate: fp32 logits of the bf16-valued input against the fp32 (bf16-stored) gate weight.
   std::span<float> logits = ctx.arena.Alloc<float>(static_cast<size_t>(num_tokens * num_experts));
@@ -225,33 +229,46 @@ void Moe::Route(std::span<const float> x, int64_t num_tokens, std::span<const ui
   }
 }
 
+const Moe::Expert& Moe::OwnedExpert(int32_t expert) const {
+  DSV41_DCHECK(owned_.contains(expert), "%s: expert %d is not this rank's", prefix_.c_str(),
+               expert);
+  return experts_[static_cast<size_t>(expert - owned_.begin)];
+}
+
 void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertAssignments& a,
-                     std::span<float> outs, ExecContext& ctx) const {
+                     std::span<const int32_t> experts, bool shared, std::span<float> outs,
+                     ExecContext& ctx) const {
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
   const int64_t hidden = hidden_size_;
   const int64_t inter = intermediate_size_;
   const int64_t num_assigned = a.num_assigned;
-  const int64_t num_active = static_cast<int64_t>(a.active.size());
-  // Rows of the hidden activations: the assignments (expert order), then the shared expert's
-  // rows (one per token). xs gathers the assignments' inputs.
-  const int64_t hidden_rows = num_assigned + num_tokens;
+  const int64_t num_routed = static_cast<int64_t>(experts.size());
+  // The experts' assignments are one run of rows (they are consecutive in a.active); the shared
+  // expert's rows follow all assignments, one per token.
+  const int64_t routed_begin = num_routed > 0 ? a.first_of[experts.front()] : 0;
+  const int64_t routed_rows = num_routed > 0 ? a.first_of[experts.back() + 1] - routed_begin : 0;
+  const int64_t shared_rows = shared ? num_tokens : 0;
+  const int64_t num_units = num_routed + (shared ? 1 : 0);
+  if (num_units == 0) return;
+  // xs gathers the assignments' inputs.
   std::span<float> xs = arena.Alloc<float>(static_cast<size_t>(num_assigned * hidden));
-  for (int64_t i = 0; i < num_assigned; ++i) {
+  for (int64_t i = routed_begin; i < routed_begin + routed_rows; ++i) {
     std::copy_n(x.begin() + a.token_of[i] * hidden, hidden, xs.begin() + i * hidden);
   }
+  const int64_t hidden_rows = num_assigned + num_tokens;
   std::span<float> gs = arena.Alloc<float>(static_cast<size_t>(hidden_rows * inter));
   std::span<float> us = arena.Alloc<float>(gs.size());
 
-  // Units 0..num_active−1 are the active routed experts, num_active the shared expert.
+  // Units 0..num_routed−1 are the routed experts, num_routed the shared expert.
   const auto expert_at = [&](int64_t i) -> const Expert& {
-    return i < num_active ? experts_[static_cast<size_t>(a.active[i])] : shared_;
+    return i < num_routed ? OwnedExpert(experts[i]) : shared_;
   };
   const auto first_row = [&](int64_t i) {
-    return i < num_active ? a.first_of[a.active[i]] : num_assigned;
+    return i < num_routed ? a.first_of[experts[i]] : num_assigned;
   };
   const auto num_rows = [&](int64_t i) {
-    return i < num_active ? a.first_of[a.active[i] + 1] - a.first_of[a.active[i]] : num_tokens;
+    return i < num_routed ? a.first_of[experts[i] + 1] - a.first_of[experts[i]] : num_tokens;
   };
   const auto prepare = [&](const LinearWeight& w, std::span<const float> in, int64_t rows) {
     const LinearOptions options = LinearOptionsFor(w);
@@ -259,7 +276,6 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
     return PrepareLinearInput(w, in, rows, options, kernel,
                               arena.Alloc<std::byte>(LinearInputBytes(w, rows, kernel)));
   };
-  const int64_t num_units = num_active + 1;
   std::span<LinearJob> jobs = arena.Alloc<LinearJob>(static_cast<size_t>(2 * num_units));
 
   // w1 and w3 of every expert on its tokens, in one region (§12.4: bf16 outputs).
@@ -267,7 +283,7 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
     const Expert& ex = expert_at(i);
     const int64_t first = first_row(i), rows = num_rows(i);
     const std::span<const float> in =
-        i < num_active ? std::span<const float>(xs).subspan(first * hidden, rows * hidden) : x;
+        i < num_routed ? std::span<const float>(xs).subspan(first * hidden, rows * hidden) : x;
     const LinearInput prepared = prepare(ex.w1, in, rows);
     jobs[2 * i] = LinearJob{&ex.w1, prepared, gs.data() + first * inter, inter};
     jobs[2 * i + 1] = LinearJob{&ex.w3, prepared, us.data() + first * inter, inter};
@@ -275,24 +291,26 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
   RunLinearJobs(jobs, ctx);
 
   // §8, §12.5: g = bf16(weight · SwiGLU(bf16(g), bf16(u))), the input of w2 (the shared expert's
-  // weight 1 multiplies exactly).
-  ctx.pool.ParallelFor(hidden_rows, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
-    // The routed rows carry their routing weights, the shared expert's rows weight 1.
-    const int64_t routed_end = std::min(end, num_assigned);
-    if (begin < routed_end) {
-      SwigluRowsSimd(
-          gs.subspan(begin * inter, (routed_end - begin) * inter),
-          std::span<const float>(us).subspan(begin * inter, (routed_end - begin) * inter),
-          routed_end - begin, inter, a.weight_of.subspan(begin, routed_end - begin), swiglu_limit_);
-    }
-    const int64_t shared_begin = std::max(begin, num_assigned);
-    if (shared_begin < end) {
-      SwigluRowsSimd(
-          gs.subspan(shared_begin * inter, (end - shared_begin) * inter),
-          std::span<const float>(us).subspan(shared_begin * inter, (end - shared_begin) * inter),
-          end - shared_begin, inter, {}, swiglu_limit_);
-    }
-  });
+  // weight 1 multiplies exactly). Index j < routed_rows is assignment row routed_begin + j, the
+  // rest the shared expert's rows.
+  ctx.pool.ParallelFor(
+      routed_rows + shared_rows, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+        // The routed rows carry their routing weights, the shared expert's rows weight 1.
+        const int64_t routed_end = std::min(end, routed_rows);
+        if (begin < routed_end) {
+          const int64_t row = routed_begin + begin, n = routed_end - begin;
+          SwigluRowsSimd(gs.subspan(row * inter, n * inter),
+                         std::span<const float>(us).subspan(row * inter, n * inter), n, inter,
+                         a.weight_of.subspan(row, n), swiglu_limit_);
+        }
+        const int64_t shared_begin = std::max(begin, routed_rows);
+        if (shared_begin < end) {
+          const int64_t row = num_assigned + shared_begin - routed_rows, n = end - shared_begin;
+          SwigluRowsSimd(gs.subspan(row * inter, n * inter),
+                         std::span<const float>(us).subspan(row * inter, n * inter), n, inter, {},
+                         swiglu_limit_);
+        }
+      });
 
   // w2 of every expert, in one region.
   for (int64_t i = 0; i < num_units; ++i) {
@@ -305,12 +323,47 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
   RunLinearJobs(jobs.first(static_cast<size_t>(num_units)), ctx);
 }
 
+void Moe::RunShardedExperts(std::span<const float> x, int64_t num_tokens,
+                            const ExpertAssignments& a, std::span<float> outs,
+                            ExecContext& ctx) const {
+  ArenaScope scope(ctx.arena);
+  Communicator& comm = ctx.comm.get();
+  DSV41_CHECK(comm.rank() == shard_.rank && comm.size() == shard_.num_ranks,
+              "%s: loaded for rank %d of %d, run as rank %d of %d", prefix_.c_str(), shard_.rank,
+              shard_.num_ranks, comm.rank(), comm.size());
+  const int64_t hidden = hidden_size_;
+  constexpr uint64_t kRowBytes = sizeof(float);
+  // Rank p's outputs: the assignments of its experts, one run of rows in expert order.
+  std::span<CommSegment> segments =
+      ctx.arena.Alloc<CommSegment>(static_cast<size_t>(shard_.num_ranks));
+  int64_t busiest = 0;
+  for (int32_t p = 0; p < shard_.num_ranks; ++p) {
+    const IndexRange held = ShardExperts(num_experts_, moe_idx_, RankShard{p, shard_.num_ranks});
+    const int64_t first = a.first_of[held.begin], rows = a.first_of[held.end] - first;
+    segments[static_cast<size_t>(p)] =
+        CommSegment{.offset = static_cast<uint64_t>(first * hidden) * kRowBytes,
+                    .size = static_cast<uint64_t>(rows * hidden) * kRowBytes};
+    busiest = std::max(busiest, rows);
+  }
+  ctx.stats.routed_rows += static_cast<uint64_t>(a.num_assigned);
+  ctx.stats.routed_rows_busiest_rank += static_cast<uint64_t>(busiest);
+  // This rank's active experts: a consecutive run of a.active.
+  const auto lo = std::lower_bound(a.active.begin(), a.active.end(), owned_.begin);
+  const auto hi = std::lower_bound(lo, a.active.end(), owned_.end);
+  RunExperts(x, num_tokens, a, std::span<const int32_t>(lo, hi), /*shared=*/false, outs, ctx);
+  const std::span<std::byte> routed =
+      std::as_writable_bytes(outs.first(static_cast<size_t>(a.num_assigned * hidden)));
+  const CommTicket gather = comm.StartAllGather(CommKind::kMoe, routed, segments);
+  RunExperts(x, num_tokens, a, {}, /*shared=*/true, outs, ctx);  // overlaps the gather
+  comm.Wait(gather);
+}
+
 void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y,
                   ExecContext& ctx, std::span<const uint8_t> in_image) const {
   ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
   const int64_t hidden = hidden_size_;
-  const int64_t num_experts = static_cast<int64_t>(experts_.size());
+  const int64_t num_experts = num_experts_;
   const int32_t k = router_.top_k;
   DSV41_CHECK(x.size() == static_cast<size_t>(num_tokens * hidden) && y.size() == x.size(),
               "%s: x %zu, y %zu floats for %lld tokens of %lld", prefix_.c_str(), x.size(),
@@ -327,7 +380,11 @@ void Moe::Forward(std::span<const float> x, int64_t num_tokens, std::span<float>
       GroupByExpert(chosen, chosen_weights, num_tokens, k, num_experts, arena);
   std::span<float> outs =
       arena.Alloc<float>(static_cast<size_t>((assignments.num_assigned + num_tokens) * hidden));
-  RunExperts(x, num_tokens, assignments, outs, ctx);
+  if (shard_.num_ranks == 1) {
+    RunExperts(x, num_tokens, assignments, assignments.active, /*shared=*/true, outs, ctx);
+  } else {
+    RunShardedExperts(x, num_tokens, assignments, outs, ctx);
+  }
   CombineExpertOutputs(assignments, outs, num_tokens, hidden, y, ctx);
   ctx.observer.get().OnMoeRouting(prefix_, k, chosen, chosen_weights);
 }

@@ -10,6 +10,7 @@
 #include "base/forward_observer.h"
 #include "base/status.h"
 #include "config/config.h"
+#include "config/rank_shard.h"
 #include "kernels/activation.h"  // SwigluActivation
 #include "kernels/linear.h"
 
@@ -79,6 +80,11 @@ ExpertAssignments GroupByExpert(std::span<const int32_t> chosen,
 // of every active expert (and the shared expert) as one batch of jobs, the SwiGLU of every
 // hidden row, then every w2 — each expert's weights are read once per step for all the tokens
 // routed to it (serving.md §6).
+//
+// In a multi-process run (ctx.comm of more than one rank) each rank holds the routed experts
+// ShardExperts gives it (LoadOptions::shard), computes them for the tokens routed to them, starts
+// an all-gather of those fp32 outputs, computes the shared expert meanwhile, and then combines
+// every output in the single-process order: the same bits on every rank and as one process.
 class Moe {
  public:
   // Reads and checks the layer's weights (errors name the tensor).
@@ -92,7 +98,10 @@ class Moe {
   void Forward(std::span<const float> x, int64_t num_tokens, std::span<float> y, ExecContext& ctx,
                std::span<const uint8_t> in_image = {}) const;
 
-  int32_t num_experts() const { return static_cast<int32_t>(experts_.size()); }
+  // Routed experts of the layer (all ranks' together).
+  int32_t num_experts() const { return static_cast<int32_t>(num_experts_); }
+  // The routed experts this rank holds and computes.
+  IndexRange owned_experts() const { return owned_; }
   int32_t top_k() const { return router_.top_k; }
   int32_t hidden_size() const { return hidden_size_; }
 
@@ -106,10 +115,18 @@ class Moe {
   // §8 Gate and routing: chosen / chosen_weights ([T, k]) for the bf16-valued rows of x.
   void Route(std::span<const float> x, int64_t num_tokens, std::span<const uint8_t> in_image,
              std::span<int32_t> chosen, std::span<float> chosen_weights, ExecContext& ctx) const;
-  // The expert FFNs: outs ([num_assigned + T, hidden], fp32) receives each assignment's routed
-  // expert output (weighted, in assignment order), then the shared expert's output per token.
+  // The expert FFNs of `experts` (active experts this rank holds, increasing and consecutive in
+  // a.active) and, with `shared`, of the shared expert: outs ([num_assigned + T, hidden], fp32)
+  // receives each of their assignments' outputs (weighted, at its assignment row), then the
+  // shared expert's output per token at row num_assigned + t. Other rows are left alone.
   void RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertAssignments& a,
-                  std::span<float> outs, ExecContext& ctx) const;
+                  std::span<const int32_t> experts, bool shared, std::span<float> outs,
+                  ExecContext& ctx) const;
+  // The outputs of every routed assignment of a multi-process step into outs: this rank's
+  // experts computed here, the others' gathered while the shared expert runs.
+  void RunShardedExperts(std::span<const float> x, int64_t num_tokens, const ExpertAssignments& a,
+                         std::span<float> outs, ExecContext& ctx) const;
+  const Expert& OwnedExpert(int32_t expert) const;
 
   std::string prefix_;
   int32_t hidden_size_ = 0;
@@ -119,7 +136,11 @@ class Moe {
   LinearWeight gate_;
   std::vector<float> bias_;     // [E] gate.bias
   std::vector<float> bias_vl_;  // [E] gate.bias_vl
-  std::vector<Expert> experts_;
+  int64_t num_experts_ = 0;
+  int64_t moe_idx_ = 0;  // MoeIndex: which experts each rank holds
+  RankShard shard_;
+  IndexRange owned_;             // the routed experts this rank holds
+  std::vector<Expert> experts_;  // those, from owned_.begin
   Expert shared_;
 };
 

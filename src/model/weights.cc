@@ -3,11 +3,12 @@
 namespace dsv41 {
 
 ModelWeights::ModelWeights(ModelConfig config, LayerPlan plan, Checkpoint checkpoint,
-                           std::vector<TensorSpec> expected)
+                           std::vector<TensorSpec> expected, RankShard shard)
     : config_(std::move(config)),
       plan_(std::move(plan)),
       checkpoint_(std::move(checkpoint)),
-      expected_(std::move(expected)) {}
+      expected_(std::move(expected)),
+      shard_(shard) {}
 
 std::vector<TensorSpec> PresentTensors(const Checkpoint& checkpoint) {
   std::vector<TensorSpec> present;
@@ -21,6 +22,11 @@ std::vector<TensorSpec> PresentTensors(const Checkpoint& checkpoint) {
 
 Result<ModelWeights> ModelWeights::Load(const std::string& dir, const LoadOptions& options,
                                         const ProgressFn& progress) {
+  if (options.shard.num_ranks < 1 || options.shard.rank < 0 ||
+      options.shard.rank >= options.shard.num_ranks) {
+    return InvalidArgumentError("%s: rank %d of %d ranks", dir.c_str(), options.shard.rank,
+                                options.shard.num_ranks);
+  }
   DSV41_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   LayerPlan plan = PlanLayers(config);
   DSV41_ASSIGN_OR_RETURN(Checkpoint checkpoint, Checkpoint::Open(dir, progress));
@@ -34,7 +40,7 @@ Result<ModelWeights> ModelWeights::Load(const std::string& dir, const LoadOption
   }
   DSV41_RETURN_IF_ERROR(CheckTensors(expected, present).WithPrefix(dir));
   return ModelWeights(std::move(config), std::move(plan), std::move(checkpoint),
-                      std::move(expected));
+                      std::move(expected), options.shard);
 }
 
 }  // namespace dsv41

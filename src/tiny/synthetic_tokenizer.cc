@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -245,6 +246,31 @@ OrderedJson ByteLevelJson(bool add_prefix_space, bool trim_offsets, bool use_reg
   return b;
 }
 
+// A BPE vocabulary in insertion order: Set(token, id) appends the token or, when it is there
+// already, gives it the new id in place (what ordered_json's operator[] does, without its linear
+// search per token, which made a 129280-token vocabulary cost ~10^10 string comparisons).
+class OrderedVocab {
+ public:
+  void Set(const std::string& token, int32_t id) {
+    const auto [it, inserted] = index_.emplace(token, entries_.size());
+    if (inserted) {
+      entries_.emplace_back(token, id);
+    } else {
+      entries_[it->second].second = id;
+    }
+  }
+  OrderedJson ToJson() const {
+    OrderedJson json = OrderedJson::object();
+    auto& object = json.get_ref<OrderedJson::object_t&>();
+    for (const auto& [token, id] : entries_) object.Container::emplace_back(token, id);
+    return json;
+  }
+
+ private:
+  std::vector<std::pair<std::string, int32_t>> entries_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
 }  // namespace
 
 Result<SyntheticTokenizer> BuildSyntheticTokenizer(int32_t vocab_size, uint64_t seed) {
@@ -259,13 +285,13 @@ Result<SyntheticTokenizer> BuildSyntheticTokenizer(int32_t vocab_size, uint64_t 
   const std::string text = std::string(kCorpus) + PseudoText(max_merges * 3 + 64, seed);
   const std::vector<Pair> merges = LearnMerges(text, max_merges, byte_table);
 
-  OrderedJson vocab = OrderedJson::object();
+  OrderedVocab vocab;
   OrderedJson added = OrderedJson::array();
   int32_t next_id = 0;
   for (std::string_view special : {kBos, kEos, kPad}) {
     const std::string s(special);
     added.push_back(AddedTokenJson(next_id, s, true));
-    vocab[s] = next_id++;
+    vocab.Set(s, next_id++);
   }
   // Byte tokens in the byte table's code-point order.
   std::vector<char32_t> byte_chars(byte_table.begin(), byte_table.end());
@@ -273,17 +299,17 @@ Result<SyntheticTokenizer> BuildSyntheticTokenizer(int32_t vocab_size, uint64_t 
   for (char32_t cp : byte_chars) {
     std::string s;
     AppendUtf8(cp, s);
-    vocab[s] = next_id++;
+    vocab.Set(s, next_id++);
   }
   OrderedJson merges_json = OrderedJson::array();
   for (const Pair& m : merges) {
-    vocab[m.first + m.second] = next_id++;
+    vocab.Set(m.first + m.second, next_id++);
     merges_json.push_back(m.first + " " + m.second);
   }
   SyntheticTokenizer out;
   auto add_token = [&](const std::string& content, bool special) {
     added.push_back(AddedTokenJson(next_id, content, special));
-    vocab[content] = next_id;
+    vocab.Set(content, next_id);
     return next_id++;
   };
   for (const AddedToken& t : v41_tokens) {
@@ -322,7 +348,7 @@ Result<SyntheticTokenizer> BuildSyntheticTokenizer(int32_t vocab_size, uint64_t 
   model["fuse_unk"] = false;
   model["byte_fallback"] = false;
   model["ignore_merges"] = false;
-  model["vocab"] = std::move(vocab);
+  model["vocab"] = vocab.ToJson();
   model["merges"] = std::move(merges_json);
   tok["model"] = std::move(model);
   out.json = tok.dump(1);

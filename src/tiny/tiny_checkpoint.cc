@@ -116,6 +116,23 @@ void ApplyStrictTileGains(uint64_t seed, std::string_view name, int64_t rows, in
   }
 }
 
+// TinySpec::released_magnitudes: the drawn values (uniform in ±amplitude) rescaled to the
+// release's ranges — FP8 dense weights to ±0.102, Engram tables to ±3.25 — and routed experts made
+// bell-shaped, v → v·(|v|/amplitude)^(1/4), so that a 32-block's E2M1 codes are ~88 % non-zero.
+void ApplyReleasedMagnitudes(bool mxfp4, bool engram_table, std::vector<float>& values) {
+  float amplitude = 0.0f;
+  for (float v : values) amplitude = std::max(amplitude, std::fabs(v));
+  if (amplitude == 0.0f) return;
+  if (mxfp4) {
+    for (float& v : values) {
+      v = F32FromBf16(Bf16FromF32(v * std::pow(std::fabs(v) / amplitude, 0.25f)));
+    }
+    return;
+  }
+  const float target = engram_table ? 3.25f : 0.102f;
+  for (float& v : values) v = F32FromBf16(Bf16FromF32(v * (target / amplitude)));
+}
+
 // Strict format: no packed FP4 byte holds two equal nibbles (element 2k ≠ element 2k+1), so
 // reading the nibbles in the wrong order changes the weights. The high nibble moves to the
 // neighbouring magnitude code.
@@ -127,7 +144,8 @@ void MakeNibblesDistinct(std::vector<uint8_t>& packed) {
 
 // The stored bytes of a quantised weight (`spec` is the `.weight` tensor) and of its scale:
 // MXFP4 experts (I8), Engram tables (e4m3, one scale per 32 values of a row) or FP8 32×32 tiles.
-Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec, bool strict) {
+Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec, bool strict,
+                                   bool released_magnitudes) {
   if (spec.shape.size() != 2) {
     return InternalError("tensor '%s': a quantised weight must be 2-D", spec.name.c_str());
   }
@@ -139,6 +157,7 @@ Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec, bool s
   // Round through bf16 first: the release's weights were bf16 before quantisation.
   for (float& v : values) v = F32FromBf16(Bf16FromF32(v));
   const bool engram_table = EndsWith(spec.name, "engram.embed.weight");
+  if (released_magnitudes) ApplyReleasedMagnitudes(mxfp4, engram_table, values);
   if (strict) {
     const int64_t tile_rows = mxfp4 || engram_table ? 1 : kFp8Tile;
     ApplyStrictTileGains(seed, spec.name, rows, cols, tile_rows, 32, values);
@@ -166,7 +185,7 @@ Result<StoredBytes> QuantizedBytes(uint64_t seed, const TensorSpec& spec, bool s
 // ---- bulk values (TinySpec::bulk_values)
 // ---------------------------------------------------------
 
-constexpr int64_t kBulkMinElements = int64_t{1} << 20;
+constexpr int64_t kBulkMinElements = int64_t{1} << 16;
 constexpr size_t kBulkChunkBytes = size_t{16} << 20;
 
 // Whether `weight` (the tensor a `.weight` or its `.scale` belongs to) is drawn in bulk.
@@ -182,9 +201,24 @@ uint8_t ScaleByteFor(float amplitude, float max_code) {
   return static_cast<uint8_t>(std::clamp(e + 127, 1, 254));
 }
 
+// The e4m3 code of the value (r / 2^15 − 1) · 448: uniform values, as quantising a uniformly drawn
+// tensor gives. (Uniformly random codes would make the magnitudes log-uniform: a few weights then
+// dominate every product, and one FP8 activation code flipped by an fp32 rounding difference moves
+// the logits by O(1), so fast kernels could not be compared with the reference.)
+uint8_t UniformE4m3Code(uint16_t r) {
+  static const std::vector<uint8_t> table = [] {
+    std::vector<uint8_t> t(65536);
+    for (uint32_t i = 0; i < t.size(); ++i) {
+      t[i] = E4m3FromF32((static_cast<float>(i) / 32768.0f - 1.0f) * 448.0f);
+    }
+    return t;
+  }();
+  return table[r];
+}
+
 // Streams the stored bytes of a large tensor straight in its encoding: for a quantised weight
-// (`has_scale`) random finite e4m3 codes or random MXFP4 bytes, or, when `is_scale`, its scale
-// bytes (the amplitude's power of two, ±1 at random per block); bf16 values with random signs
+// (`has_scale`) the e4m3 codes of uniform values or random MXFP4 bytes, or, when `is_scale`, its
+// scale bytes (the amplitude's power of two, ±1 at random per block); bf16 values with random signs
 // and mantissas and exponents 0–3 below the amplitude's; fp32 the same.
 Status WriteBulk(uint64_t seed, const TensorSpec& stored, const TensorSpec& weight, bool is_scale,
                  bool has_scale, const ByteSink& sink) {
@@ -214,10 +248,18 @@ Status WriteBulk(uint64_t seed, const TensorSpec& stored, const TensorSpec& weig
         }
         v = out;
       } else if (has_scale && stored.dtype == DType::kF8E4M3) {
-        // Finite codes: a magnitude of 0x7F (NaN) becomes 0x7E.
-        const uint64_t nan =
-            ((v & 0x7F7F7F7F7F7F7F7Full) + 0x0101010101010101ull) & 0x8080808080808080ull;
-        v -= nan >> 7;
+        // Each byte: the e4m3 code of a value uniform in ±448, from 16 random bits.
+        uint64_t out = 0;
+        for (int b = 0; b < 4; ++b) {
+          out |= static_cast<uint64_t>(UniformE4m3Code(static_cast<uint16_t>(v >> (16 * b))))
+                 << (8 * b);
+        }
+        const uint64_t more = rng.Next();
+        for (int b = 0; b < 4; ++b) {
+          out |= static_cast<uint64_t>(UniformE4m3Code(static_cast<uint16_t>(more >> (16 * b))))
+                 << (8 * (b + 4));
+        }
+        v = out;
       } else if (stored.dtype == DType::kBF16) {
         uint64_t out = 0;
         for (int h = 0; h < 4; ++h) {
@@ -262,6 +304,7 @@ Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, const TinySpec
   const uint64_t seed = tiny.seed;
   const bool bulk = tiny.bulk_values;
   const bool strict = tiny.format == TinySpec::Format::kStrict;
+  const bool released_magnitudes = tiny.released_magnitudes;
   std::unordered_map<std::string, const TensorSpec*> by_name;
   for (const TensorSpec& s : specs) by_name[s.name] = &s;
   uint64_t tensor_bytes = 0;
@@ -280,13 +323,14 @@ Result<uint64_t> AddTensors(const std::vector<TensorSpec>& specs, const TinySpec
       has_scale = by_name.count(s.name.substr(0, s.name.size() - 7) + ".scale") > 0;
     }
     const TensorSpec* stored = &s;
-    TensorBytesFn write = [seed, weight, stored, is_scale, has_scale, bulk,
-                           strict](const ByteSink& sink) -> Status {
+    TensorBytesFn write = [seed, weight, stored, is_scale, has_scale, bulk, strict,
+                           released_magnitudes](const ByteSink& sink) -> Status {
       if (bulk && DrawnInBulk(*weight)) {
         return WriteBulk(seed, *stored, *weight, is_scale, has_scale || is_scale, sink);
       }
-      Result<StoredBytes> bytes = (is_scale || has_scale) ? QuantizedBytes(seed, *weight, strict)
-                                                          : PlainBytes(seed, *weight);
+      Result<StoredBytes> bytes = (is_scale || has_scale)
+                                      ? QuantizedBytes(seed, *weight, strict, released_magnitudes)
+                                      : PlainBytes(seed, *weight);
       if (!bytes.ok()) return bytes.status();
       return sink(AsBytes(is_scale ? bytes->scale : bytes->weight));
     };

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -130,7 +132,7 @@ TEST_P(TinyPresetTest, ValuesAreFiniteAndNoRowIsZero) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TinyPresetTest,
-                         ::testing::Values("tiny", "tiny-bf16", "tiny-strict"),
+                         ::testing::Values("tiny", "tiny-bf16", "tiny-strict", "tiny-real"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -321,6 +323,42 @@ TEST(StrictFormatTest, ScaleCodesSpreadOverTheTilesAtDimsNotAMultipleOf128) {
   EXPECT_LE(lowest, 105);
   EXPECT_GE(highest, 130);
   // Dequantised values stay finite (checked for every preset in ValuesAreFiniteAndNoRowIsZero).
+}
+
+// E4: tiny-real's quantised weights take the release's ranges — FP8 dense weights |w| <= 0.102,
+// Engram rows |v| <= 3.25 (both reached within the e4m3 step), experts ~88 % non-zero codes —
+// where `tiny` has unit-variance uniform values.
+TEST(ReleasedMagnitudesTest, QuantisedWeightsTakeTheReleasedRanges) {
+  const std::string dir = TempDir("released_magnitudes");
+  ASSERT_TRUE(WritePreset("tiny-real", dir).ok());
+  Result<ModelWeights> weights = ModelWeights::Load(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  size_t num_fp8 = 0, num_tables = 0, expert_codes = 0, expert_nonzero = 0;
+  for (const TensorSpec& spec : weights->expected()) {
+    if (spec.dtype != DType::kF8E4M3 && spec.dtype != DType::kI8) continue;
+    const std::vector<float> values = Values(*weights, spec);
+    float max_abs = 0.0f;
+    for (float v : values) max_abs = std::max(max_abs, std::fabs(v));
+    if (spec.dtype == DType::kI8) {
+      expert_codes += values.size();
+      for (float v : values) expert_nonzero += v != 0.0f;
+    } else if (spec.name.ends_with("engram.embed.weight")) {
+      ++num_tables;
+      EXPECT_GE(max_abs, 3.0f) << spec.name;
+      EXPECT_LE(max_abs, 3.5f) << spec.name;
+    } else {
+      ++num_fp8;
+      EXPECT_GE(max_abs, 0.095f) << spec.name;
+      EXPECT_LE(max_abs, 0.11f) << spec.name;
+    }
+  }
+  EXPECT_GT(num_fp8, 20u);
+  EXPECT_EQ(num_tables, 2u);
+  ASSERT_GT(expert_codes, 0u);
+  const double nonzero = static_cast<double>(expert_nonzero) / static_cast<double>(expert_codes);
+  std::printf("expert E2M1 codes non-zero: %.3f\n", nonzero);
+  EXPECT_GT(nonzero, 0.8);
+  EXPECT_LT(nonzero, 0.95);
 }
 
 // L3: element 2k ≠ element 2k+1 in every packed FP4 byte, so a swapped nibble order shows.

@@ -149,7 +149,7 @@ Status SetEngramTableGib(ModelConfig& config, double gib) {
 void MakeUnquantized(ModelConfig& config) { config.quantization = QuantizationConfig{}; }
 
 std::vector<std::string_view> TinyPresetNames() {
-  return {"tiny", "tiny-bf16", "tiny-strict", "small", "flash"};
+  return {"tiny", "tiny-bf16", "tiny-strict", "tiny-real", "small", "flash"};
 }
 
 Result<TinySpec> TinyPreset(std::string_view name) {
@@ -165,6 +165,9 @@ Result<TinySpec> TinyPreset(std::string_view name) {
     spec.config.q_lora_rank = 96;
     spec.format = TinySpec::Format::kStrict;
     spec.num_shards = 48;
+  } else if (name == "tiny-real") {
+    spec.config = TinyConfig();
+    spec.released_magnitudes = true;
   } else if (name == "small") {
     spec.config = SmallConfig();
     spec.num_shards = 4;

@@ -16,9 +16,10 @@ struct TinySpec {
   ModelConfig config;
   uint64_t seed = 1;
   int32_t num_shards = 3;  // model-0000k-of-0000N.safetensors; 1 writes model.safetensors
-  // Large tensors (>= 2^20 elements, zero-centred) drawn directly in their stored encoding —
-  // random finite e4m3 codes, MXFP4 bytes and bf16 values at the tensor's magnitude, with scale
-  // bytes to match — instead of quantising drawn fp32 values: real-sized checkpoints in minutes.
+  // Large tensors (>= 2^16 elements, zero-centred) drawn directly in their stored encoding —
+  // the e4m3 codes of uniform values, random MXFP4 bytes and bf16 values at the tensor's
+  // magnitude, with scale bytes to match — instead of quantising drawn fp32 values: real-sized
+  // checkpoints in seconds to minutes.
   bool bulk_values = false;
   // kStrict writes the released format where kSimple simplifies (trap list L1–L5): every FP8
   // 32×32 tile and MXFP4 / Engram 32-block gets its own power-of-two gain (2^±4 around a gain of
@@ -29,6 +30,11 @@ struct TinySpec {
   // drawn value by value (not to bulk_values tensors).
   enum class Format { kSimple, kStrict };
   Format format = Format::kSimple;
+  // The released checkpoint's magnitudes (trap list E4) for the quantised weights drawn value by
+  // value: FP8 dense weights span |w| <= 0.102, Engram table rows |v| <= 3.25, and the routed
+  // experts are bell-shaped (about 88 % of their E2M1 codes non-zero), instead of unit-variance
+  // uniform values — so scale exponents and rounding land where the real ones do.
+  bool released_magnitudes = false;
   // The dtype of every `.scale` tensor: F8_E8M0 as released, or U8 as some converters store
   // the same bytes.
   DType scale_dtype = DType::kF8E8M0;
@@ -44,6 +50,7 @@ std::vector<std::string_view> TinyPresetNames();
 //   tiny-bf16  the same structure with unquantised BF16 weights (no .scale tensors).
 //   tiny-strict the same structure in the strict format (TinySpec::Format::kStrict) at hidden 224,
 //              q rank 96 (multiples of 32, not of 128), in 48 shards.
+//   tiny-real  `tiny` with the released magnitudes (TinySpec::released_magnitudes).
 //   small      the same structure at ~1.2 GB of weights, for speed baselines.
 //   flash      the released model's layer shapes (hidden 5120, 64 heads of 512, q rank 1280, 8
 //              output groups of rank 1024, indexer 32 × 128 top-512, window 128, experts of 2304,
