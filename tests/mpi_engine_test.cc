@@ -281,6 +281,33 @@ TEST_F(MpiEngineTest, UnseededSamplingFollowsRankZerosDrawOnEveryRank) {
   EXPECT_EQ(ranks.tokens[0].size(), 24u);
 }
 
+// Image rows do not travel to the other ranks: a request with an image is refused naming mpirun,
+// and the engine serves on (docs/multinode.md).
+TEST_F(MpiEngineTest, ARequestWithAnImageIsRefusedAndTheEngineServesOn) {
+  if (FollowUnlessRankZero(*sharded_, *pool_)) return;
+  EngineOptions options;
+  options.num_blocks = 256;
+  options.block_tokens = 16;
+  Result<std::unique_ptr<Engine>> engine = Engine::Create(*sharded_, options, *pool_, Comm());
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = 2;
+  AddRequestOptions with_image;
+  RequestImage image;
+  image.span_start = 1;
+  with_image.images.push_back(image);
+  Result<uint64_t> refused = (*engine)->AddRequest(Prompt(12, 10), greedy, with_image);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("mpirun"), std::string::npos)
+      << refused.status().ToString();
+  ASSERT_TRUE((*engine)->AddRequest(Prompt(12, 10), greedy).ok());
+  std::vector<RequestOutput> outputs;
+  while ((*engine)->HasUnfinished()) ASSERT_TRUE((*engine)->Step(outputs).ok());
+  engine->reset();
+  ShutDownFollowers(Comm());
+}
+
 TEST_F(MpiEngineTest, SpeculativeDecodingDraftsAndVerifiesAlikeOnEveryRank) {
   for (SpeculativeMethod method : {SpeculativeMethod::kDspark, SpeculativeMethod::kNgram}) {
     SCOPED_TRACE(std::string(SpeculativeMethodName(method)));
