@@ -203,9 +203,11 @@ Result<std::unique_ptr<HttpServer>> StartHttpServer(const ServeFlags& flags, int
   return server;
 }
 
-// What the API layer tells clients about the model: names, context length, vocabulary.
+// What the API layer tells clients about the model: names, context length, vocabulary. Images
+// only in one process: under mpirun the other ranks cannot receive a request's image rows yet
+// (docs/multinode.md), so the deployment is text-only there.
 ServedModel DescribeServedModel(const LoadedTextModel& model, const ServeFlags& flags,
-                                int64_t max_model_len) {
+                                int64_t max_model_len, bool distributed) {
   ServedModel served;
   served.tokenizer = model.tokenizer.get();
   served.names = flags.served_model_names;
@@ -214,7 +216,10 @@ ServedModel DescribeServedModel(const LoadedTextModel& model, const ServeFlags& 
   served.vocab_size = model.config().vocab_size;
   served.think_close_id = model.tokenizer->IdOf(kThinkClose).value_or(-1);
   served.created = UnixSeconds();
-  if (model.vision != nullptr) {
+  if (model.vision != nullptr && distributed) {
+    std::fprintf(stderr, "dsv41 serve: image input off under mpirun (docs/multinode.md)\n");
+  }
+  if (model.vision != nullptr && !distributed) {
     served.images.enabled = true;
     served.images.image_token_id = model.config().image_token_id;
     served.images.plan = model.vision->config().plan_params();
@@ -332,7 +337,7 @@ int RunServe(ServeFlags flags) {
     return backend.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
 
-  const ServedModel served = DescribeServedModel(model->model, flags, backend->max_model_len);
+  const ServedModel served = DescribeServedModel(model->model, flags, backend->max_model_len, (*job)->distributed());
   EngineLoop loop(*backend->backend, metrics,
                   EngineLoopOptions{.max_live_requests = options->max_num_seqs + flags.max_queue});
   loop.Start();

@@ -270,7 +270,26 @@ const imageBase64 = fs.readFileSync(process.env.DSV41_TEST_IMAGE).toString('base
 const imageUrl = `data:image/png;base64,${imageBase64}`;
 const kSpanLength = 34;
 
-test('images: chat image_url, Anthropic image blocks and Responses input_image agree', async () => {
+// Under mpirun (DSV41_EXPECT_IMAGES=0) the deployment is text-only: the model says so and an
+// image is a 400 (docs/multinode.md).
+const imagesServed = process.env.DSV41_EXPECT_IMAGES !== '0';
+
+test('images: a text-only deployment says so and refuses an image with a 400',
+     { skip: imagesServed }, async () => {
+  const page = await openai.models.list();
+  assert.equal(page.data[0].vision, false);
+  await assert.rejects(
+    openai.chat.completions.create({
+      model, max_tokens: 2,
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: imageUrl } }] }],
+    }),
+    (e) => e instanceof OpenAI.BadRequestError && /not supported/.test(e.message));
+  const ok = await openai.chat.completions.create({ model, messages, max_tokens: 2 });
+  assert.equal(ok.object, 'chat.completion');
+});
+
+test('images: chat image_url, Anthropic image blocks and Responses input_image agree',
+     { skip: !imagesServed }, async () => {
   const page = await openai.models.list();
   assert.equal(page.data[0].vision, true);
   assert.deepEqual(page.data[0].input_modalities, ['text', 'image']);
@@ -312,7 +331,8 @@ test('images: chat image_url, Anthropic image blocks and Responses input_image a
   assert.equal(response.usage.input_tokens, one.usage.prompt_tokens);
 });
 
-test('images: a bad image is a typed 400 naming the part, and the server serves on', async () => {
+test('images: a bad image is a typed 400 naming the part, and the server serves on',
+     { skip: !imagesServed }, async () => {
   const bad = `data:image/png;base64,${imageBase64.slice(0, imageBase64.length / 2)}`;
   await assert.rejects(
     openai.chat.completions.create({
