@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/json.h"
 #include "cli_runner.h"
 #include "text/tokenizer.h"
 #include "vision/image_testing.h"
@@ -195,6 +196,20 @@ TEST(VisionCliTest, LogitsRefusesMismatchedImages) {
       RunCommand(base + "--ids 0,511 --image-embeddings " + out + "/narrow.npy 2>&1");
   EXPECT_EQ(narrow.exit_code, 1);
   EXPECT_NE(narrow.out.find("want float32 [H, W, 128]"), std::string::npos) << narrow.out;
+  // A checkpoint without a tower has no START / NEWLINE / END rows: aligner rows given as
+  // embeddings are refused too (they crashed the step once).
+  const std::string text_only = out + "/text_only";
+  ASSERT_EQ(RunCommand(kDsv41Binary + " tiny --vision-layers 0 --out " + text_only).exit_code, 0);
+  Result<Json> config = ReadJsonFile(text_only + "/config.json");
+  ASSERT_TRUE(config.ok());
+  const int hidden = (*config)["text_config"]["hidden_size"].get<int>();
+  const int image_token = (*config)["image_token_id"].get<int>();
+  WriteFloatNpy(out + "/rows.npy", std::vector<float>(2 * 3 * hidden, 0.5f), {2, 3, hidden});
+  const RunResult no_tower = RunCommand(
+      kDsv41Binary + " logits --model " + text_only + " --out " + out + "/y.npy --ids 0," +
+      std::to_string(image_token) + " --image-embeddings " + out + "/rows.npy 2>&1");
+  EXPECT_EQ(no_tower.exit_code, 1) << no_tower.out;
+  EXPECT_NE(no_tower.out.find("no vision tower"), std::string::npos) << no_tower.out;
 }
 
 // `dsv41 run --image` on every golden case: the prompt's placeholder expands to the image's

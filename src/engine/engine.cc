@@ -166,6 +166,10 @@ Status Engine::CheckRequestImages(std::span<const int32_t> prompt_ids,
   if (distributed()) {
     return InvalidArgumentError("images run in one process, not under mpirun (docs/multinode.md)");
   }
+  // Even aligner rows given as embeddings need the tower's START / NEWLINE / END rows.
+  if (model_.vision == nullptr) {
+    return InvalidArgumentError("image input: the model has no vision tower");
+  }
   const ModelConfig& config = model_.config();
   int64_t next_free = 0;
   for (size_t k = 0; k < images.size(); ++k) {
@@ -200,9 +204,6 @@ Status Engine::CheckRequestImages(std::span<const int32_t> prompt_ids,
                                     image.embeddings->size(), rows, config.hidden_size);
       }
       continue;
-    }
-    if (model_.vision == nullptr) {
-      return InvalidArgumentError("image input: the model has no vision tower");
     }
     const VisionConfig& v = model_.vision->config();
     if (image.canvas == nullptr || plan.bw % v.patch_size != 0 || plan.bh % v.patch_size != 0 ||
