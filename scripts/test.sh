@@ -27,4 +27,5 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 # The sanitizer job also fills fresh arena and KV cache memory with NaN bytes (base/poison.h): a
 # read of memory nobody wrote changes a result.
 if [[ "$mode" == sanitize ]]; then export DSV41_POISON_MEMORY=1; fi
-ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${select[@]}"
+# A hung test (a lost rank, a stuck server) fails after 25 minutes instead of stalling the job.
+ctest --test-dir "$dir" --output-on-failure --timeout 1500 -j "$jobs" "${select[@]}"

@@ -68,6 +68,21 @@ TEST(PlanCliTest, RanksSplitTheExpertsAndEngramRowsOfTheRelease) {
                 all["bytes_engram_in_memory"].get<uint64_t>());
     }
     EXPECT_EQ(experts, all["routed_expert_bytes"].get<uint64_t>()) << ranks << " ranks";
+    // The ranges each rank holds: MoE 0's experts and each table's rows, one after another.
+    int64_t next_expert = 0;
+    std::vector<int64_t> next_row(all["engram_rows"].size(), 0);
+    for (const Json& rank : r["per_rank"]) {
+      EXPECT_EQ(rank["first_moe_experts"][0].get<int64_t>(), next_expert) << ranks << " ranks";
+      next_expert = rank["first_moe_experts"][1].get<int64_t>();
+      for (size_t t = 0; t < next_row.size(); ++t) {
+        EXPECT_EQ(rank["engram_rows"][t][0].get<int64_t>(), next_row[t]) << "table " << t;
+        next_row[t] = rank["engram_rows"][t][1].get<int64_t>();
+      }
+    }
+    EXPECT_EQ(next_expert, all["first_moe_experts"][1].get<int64_t>()) << ranks << " ranks";
+    for (size_t t = 0; t < next_row.size(); ++t) {
+      EXPECT_EQ(next_row[t], all["engram_rows"][t][1].get<int64_t>()) << "table " << t;
+    }
     EXPECT_EQ(engram, all["engram_row_bytes"].get<uint64_t>()) << ranks << " ranks";
     const bool fits_256 = r["fits"]["256GB"]["engram_in_memory"].get<bool>();
     EXPECT_TRUE(fits_256 || !fitted_256) << "fewer ranks fitted, " << ranks << " do not";

@@ -379,7 +379,8 @@ void MpiCommunicator::SendHeartbeats(Clock::time_point now) {
     MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
     return flag != 0;
   });
-  if (now < next_heartbeat_ || size_ == 1) return;
+  if (now < next_heartbeat_) return;
+  // Moved on even alone: the idle wait sleeps until it (a past time would spin).
   next_heartbeat_ = now + std::chrono::duration_cast<Clock::duration>(
                               std::chrono::duration<double>(options_.heartbeat_s));
   for (int32_t peer = 1; peer < size_; ++peer) {

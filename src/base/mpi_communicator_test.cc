@@ -5,6 +5,8 @@
 // (rank, index) that every rank computes on its own. MpiDeadlineTest runs separately: it must end
 // the job (a rank never joins).
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -192,6 +194,24 @@ TEST(MpiCommunicatorTest, HeartbeatsKeepTheWaitForRankZerosCommandAlive) {
   comm.Broadcast(CommKind::kHeader, 0, command);
   ASSERT_EQ(command.size(), 4u);
   EXPECT_EQ(command[0], std::byte{42});
+}
+
+// An idle communicator sleeps: its thread waits for work or the next heartbeat, on one rank as
+// on several (one rank once spun on a heartbeat time never moved on). Process CPU time over a
+// second of idling, far below what a spinning thread takes even on a loaded machine.
+TEST(MpiCommunicatorTest, AnIdleCommunicatorSleeps) {
+  Communicator& comm = MpiTestEnvironment::Comm();
+  AllGatherValue<uint8_t>(comm, CommKind::kSetup, 1);
+  auto cpu_seconds = [] {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+           1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+  };
+  const double before = cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LT(cpu_seconds() - before, 0.1) << "rank " << comm.rank() << " of " << comm.size();
+  AllGatherValue<uint8_t>(comm, CommKind::kSetup, 1);
 }
 
 // Run alone (ctest mpi_comm_deadline): rank 1 never joins the all-gather; rank 0's wait passes

@@ -40,6 +40,8 @@ struct PlanFlags {
 // or, on the disk tier, a hot-row cache of 1 GiB (the default) instead of the rows.
 struct RankMemory {
   RankWeightBytes weights;
+  IndexRange first_moe_experts;         // its routed experts of MoE 0 (the ranges rotate)
+  std::vector<IndexRange> engram_rows;  // its rows of each Engram table
   uint64_t kv_cache_bytes = 0;
   uint64_t engram_cache_bytes = uint64_t{1} << 30;
   uint64_t with_engram_in_memory() const {
@@ -63,7 +65,15 @@ std::vector<RankMemory> PlanRanks(const ModelConfig& config, const std::vector<T
                                   int32_t ranks, uint64_t kv_cache_bytes) {
   std::vector<RankMemory> out;
   for (const RankWeightBytes& w : WeightBytesPerRank(config, tensors, ranks)) {
-    out.push_back(RankMemory{.weights = w, .kv_cache_bytes = kv_cache_bytes});
+    const RankShard shard{static_cast<int32_t>(out.size()), ranks};
+    RankMemory m{.weights = w,
+                 .first_moe_experts = ShardExperts(config.n_routed_experts, 0, shard),
+                 .engram_rows = {},
+                 .kv_cache_bytes = kv_cache_bytes};
+    for (int64_t rows : config.engram_num_embeddings) {
+      m.engram_rows.push_back(ShardEngramRows(rows, shard));
+    }
+    out.push_back(std::move(m));
   }
   return out;
 }
@@ -83,6 +93,10 @@ OrderedJson RanksToJson(const std::vector<RankMemory>& ranks) {
     j["kv_cache_bytes"] = ranks[r].kv_cache_bytes;
     j["bytes_engram_in_memory"] = ranks[r].with_engram_in_memory();
     j["bytes_engram_on_disk"] = ranks[r].with_engram_on_disk();
+    j["first_moe_experts"] = {ranks[r].first_moe_experts.begin, ranks[r].first_moe_experts.end};
+    OrderedJson rows = OrderedJson::array();
+    for (const IndexRange& range : ranks[r].engram_rows) rows.push_back({range.begin, range.end});
+    j["engram_rows"] = std::move(rows);
     worst_in_memory = std::max(worst_in_memory, ranks[r].with_engram_in_memory());
     worst_on_disk = std::max(worst_on_disk, ranks[r].with_engram_on_disk());
     per_rank.push_back(std::move(j));
@@ -117,6 +131,19 @@ void PrintRanks(const std::vector<RankMemory>& ranks) {
                 Gib(m.with_engram_on_disk()));
     worst_in_memory = std::max(worst_in_memory, m.with_engram_in_memory());
     worst_on_disk = std::max(worst_on_disk, m.with_engram_on_disk());
+  }
+  // What each holds: its experts of the first MoE (the larger ranges rotate from one MoE to
+  // the next) and its row range [begin, end) of each Engram table (config/rank_shard.h).
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const IndexRange experts = ranks[r].first_moe_experts;
+    std::printf("  rank %zu: experts %lld..%lld of MoE 0", r, static_cast<long long>(experts.begin),
+                static_cast<long long>(experts.end - 1));
+    for (size_t t = 0; t < ranks[r].engram_rows.size(); ++t) {
+      const IndexRange rows = ranks[r].engram_rows[t];
+      std::printf("; engram table %zu rows [%lld, %lld)", t, static_cast<long long>(rows.begin),
+                  static_cast<long long>(rows.end));
+    }
+    std::printf("\n");
   }
   for (uint64_t machine : kMachineBytes) {
     const bool in_memory = Fits(worst_in_memory, machine);
