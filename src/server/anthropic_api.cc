@@ -1,5 +1,6 @@
 #include "server/anthropic_api.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 #include <vector>
@@ -87,6 +88,36 @@ Result<std::string> TextOrTextBlocks(const JsonValue* value, const std::string& 
   return joined;
 }
 
+// A tool_result's content (vision.md §3.2): a string or text blocks, joined by "\n\n", into
+// `result.text`; with image blocks among them, every block in order into `result.result_parts`.
+Status ToolResultContent(const JsonValue* value, const std::string& field, ChatBlock& result) {
+  const bool has_image =
+      value != nullptr && value->is_array() &&
+      std::any_of(value->array.begin(), value->array.end(), [](const JsonValue& block) {
+        const JsonValue* type = block.Find("type");
+        return type != nullptr && type->is_string() && type->text == "image";
+      });
+  if (!has_image) {
+    DSV41_ASSIGN_OR_RETURN(result.text, TextOrTextBlocks(value, field));
+    return OkStatus();
+  }
+  for (size_t i = 0; i < value->array.size(); ++i) {
+    const std::string block_field = StrFormat("%s[%zu]", field.c_str(), i);
+    DSV41_ASSIGN_OR_RETURN(std::string type, BlockType(value->array[i], block_field, true));
+    if (type == "text") {
+      DSV41_ASSIGN_OR_RETURN(std::string text, BlockText(value->array[i], block_field));
+      result.result_parts.push_back({ChatBlock::Kind::kText, std::move(text), "", ""});
+    } else if (type == "image") {
+      DSV41_ASSIGN_OR_RETURN(ChatImage image, ImageBlock(value->array[i], block_field));
+      result.result_parts.push_back({ChatBlock::Kind::kImage, "", "", "", std::move(image)});
+    } else {
+      return InvalidArgumentError("%s: unsupported block type '%s' (want text or image)",
+                                  block_field.c_str(), type.c_str());
+    }
+  }
+  return OkStatus();
+}
+
 // Calls fn(block, block_field, type) for each block of an array `content`, stopping at the first
 // error.
 template <typename Fn>
@@ -127,9 +158,10 @@ Status MapUserMessage(const JsonValue& content, const std::string& field,
                 "%s.tool_use_id: '%s' answers no tool_use of the assistant message before it",
                 block_field.c_str(), id->c_str());
           }
-          DSV41_ASSIGN_OR_RETURN(std::string text, TextOrTextBlocks(FieldOrNull(block, "content"),
-                                                                    block_field + ".content"));
-          out.blocks.push_back({ChatBlock::Kind::kToolResult, std::move(text), *id, ""});
+          ChatBlock result{ChatBlock::Kind::kToolResult, "", *id, ""};
+          DSV41_RETURN_IF_ERROR(
+              ToolResultContent(FieldOrNull(block, "content"), block_field + ".content", result));
+          out.blocks.push_back(std::move(result));
         } else if (type == "tool_use" || type == "thinking" || type == "redacted_thinking") {
           return InvalidArgumentError("%s: %s blocks belong to assistant messages",
                                       block_field.c_str(), type.c_str());

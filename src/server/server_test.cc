@@ -1580,6 +1580,38 @@ TEST_F(ServerImageTest, SourcesAndLimits) {
             std::string::npos);
 }
 
+// vision.md §3.2: an image inside an Anthropic tool_result (what a coding agent's file reader
+// returns for a picture) is the placeholder within the result's content, joined by "\n\n".
+TEST_F(ServerImageTest, AnImageInsideAnAnthropicToolResultBecomesItsSpan) {
+  StartWithImages();
+  const std::vector<uint8_t> png = SmallPng(100, 60);
+  const std::string body =
+      R"({"model": "tiny", "max_tokens": 2, "messages": [)"
+      R"({"role": "user", "content": "open the picture"},)"
+      R"({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read",)"
+      R"( "input": {"path": "a.png"}}]},)"
+      R"({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",)"
+      R"( "content": [{"type": "text", "text": "the file:"}, {"type": "image", "source": )"
+      R"({"type": "base64", "media_type": "image/png", "data": ")" +
+      EncodeBase64(png) + R"("}}]}]}]})";
+  const HttpResponse r = Post("/v1/messages", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ExpectOneImageSpan(100, 60, std::stoll(JsonText(Parse(r.body), "usage.input_tokens")));
+  const std::vector<int32_t>& prompt = backend_->last_prompt();
+  const int32_t start = backend_->last_images()[0].span_start;
+  const std::string before = tokenizer_->Decode(std::span(prompt).first(start));
+  EXPECT_TRUE(before.ends_with("<tool_result>the file:\n\n")) << before;
+  // A block other than text or image inside the result is still a 400 naming it.
+  std::string other = body;
+  other.replace(other.find(R"({"type": "text", "text": "the file:"})"),
+                std::string(R"({"type": "text", "text": "the file:"})").size(),
+                R"({"type": "document", "source": {}})");
+  const HttpResponse refused = Post("/v1/messages", other);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.body.find("messages[2].content[0].content[0]"), std::string::npos)
+      << refused.body;
+}
+
 TEST_F(ServerImageTest, LocalFilesOnlyWhenAllowed) {
   StartWithImages(/*enabled=*/true, /*local_files=*/true);
   const std::string path = ::testing::TempDir() + "/dsv41_server_image.png";

@@ -155,6 +155,9 @@ Status ValidateMessages(const std::vector<ChatMessage>& messages) {
     if (ContainsImageToken(m.content)) return image_error("content");
     for (const ChatBlock& block : m.blocks) {
       if (ContainsImageToken(block.text)) return image_error("content");
+      for (const ChatBlock& part : block.result_parts) {
+        if (ContainsImageToken(part.text)) return image_error("content");
+      }
     }
     if (m.reasoning_content.has_value() && ContainsImageToken(*m.reasoning_content)) {
       return image_error("reasoning_content");
@@ -327,7 +330,16 @@ void RenderUserBlocks(const ChatMessage& m, PromptBuilder& out) {
         break;
       case ChatBlock::Kind::kToolResult:
         out.Template("<tool_result>");
-        out.User(block.text);
+        if (block.result_parts.empty()) out.User(block.text);
+        for (size_t p = 0; p < block.result_parts.size(); ++p) {
+          if (p > 0) out.User("\n\n");  // as the text-only content's blocks are joined
+          const ChatBlock& part = block.result_parts[p];
+          if (part.kind == ChatBlock::Kind::kImage) {
+            out.Image(part.image);
+          } else {
+            out.User(part.text);
+          }
+        }
         out.Template("</tool_result>");
         break;
       case ChatBlock::Kind::kUnsupported:

@@ -63,6 +63,9 @@ struct ChatBlock {
   std::string tool_use_id;  // kToolResult
   std::string type;         // kUnsupported: the part type, rendered "[Unsupported <type>]"
   ChatImage image = {};     // kImage: its source, rendered as the image placeholder
+  // kToolResult whose content holds images (vision.md §3.2): its kText and kImage blocks in
+  // order, joined by "\n\n" as a user turn's are; empty: the content is `text`.
+  std::vector<ChatBlock> result_parts = {};
 };
 
 struct ChatMessage {
