@@ -64,9 +64,24 @@ std::string ReadFile(const std::string& path) {
 }
 
 // Per process: ctest runs the tests of this file side by side, each in a process of its own.
-std::string TempPath(const std::string& name) {
-  return testing::TempDir() + "/" + std::to_string(getpid()) + "_" + name;
+// Everything a test writes (checkpoints, logits, server logs) lies in one directory, removed when
+// the process ends.
+const std::string& ScratchDir() {
+  static const std::string dir = [] {
+    std::string d = testing::TempDir() + "/dsv41_mpi_cli_" + std::to_string(getpid());
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
 }
+
+class ScratchCleanup : public testing::Environment {
+ public:
+  void TearDown() override { std::filesystem::remove_all(ScratchDir()); }
+};
+testing::Environment* const kScratchCleanup = testing::AddGlobalTestEnvironment(new ScratchCleanup);
+
+std::string TempPath(const std::string& name) { return ScratchDir() + "/" + name; }
 
 // A tiny checkpoint whose experts (13, top 4) and Engram rows (439, 803) no rank count divides.
 std::string WriteTiny(const std::string& name, int seed) {

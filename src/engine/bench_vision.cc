@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "config/config.h"
 #include "model/vision_tower.h"
 #include "vision/patches.h"
 
@@ -18,9 +19,6 @@ double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values.empty() ? 0.0 : values[values.size() / 2];
 }
-
-// The text width of the release (model.md §1.2): the aligner's output.
-constexpr int32_t kReleasedHiddenSize = 5120;
 
 }  // namespace
 
@@ -67,7 +65,7 @@ Result<VisionBenchFigures> RunVisionBench(const LoadedTextModel& model,
   DSV41_ASSIGN_OR_RETURN(out.released_plan,
                          PlanImage(out.plan.input_w, out.plan.input_h, released.plan_params()));
   out.released_multiply_adds =
-      VisionTower::MultiplyAddsPerImage(released, kReleasedHiddenSize, out.released_plan);
+      VisionTower::MultiplyAddsPerImage(released, ReleasedConfig().hidden_size, out.released_plan);
   out.released_seconds_at_measured_rate =
       2 * out.released_multiply_adds / (out.gflops_per_second * 1e9);
   return out;
