@@ -355,6 +355,47 @@ void LinearOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin,
 }
 
 namespace {
+// A run of work units [front, back) in one atomic word: its owner takes units from the front,
+// other threads from the back, and no unit is taken twice.
+struct alignas(64) UnitRange {
+  uint64_t word;  // arena memory, accessed through atomic_ref only
+  std::atomic_ref<uint64_t> packed() { return std::atomic_ref<uint64_t>(word); }
+  static uint64_t Pack(int64_t front, int64_t back) {
+    return static_cast<uint64_t>(front) << 32 | static_cast<uint64_t>(back);
+  }
+  void Set(int64_t front, int64_t back) {
+    packed().store(Pack(front, back), std::memory_order_relaxed);
+  }
+  int64_t Front() { return static_cast<int64_t>(packed().load(std::memory_order_relaxed) >> 32); }
+  bool Empty() {
+    const uint64_t v = packed().load(std::memory_order_relaxed);
+    return (v >> 32) >= (v & 0xFFFFFFFFu);
+  }
+  // The unit taken, or -1 when none is left.
+  int64_t TakeFront() {
+    uint64_t v = packed().load(std::memory_order_relaxed);
+    while (true) {
+      const int64_t front = static_cast<int64_t>(v >> 32),
+                    back = static_cast<int64_t>(v & 0xFFFFFFFFu);
+      if (front >= back) return -1;
+      if (packed().compare_exchange_weak(v, Pack(front + 1, back), std::memory_order_relaxed)) {
+        return front;
+      }
+    }
+  }
+  int64_t TakeBack() {
+    uint64_t v = packed().load(std::memory_order_relaxed);
+    while (true) {
+      const int64_t front = static_cast<int64_t>(v >> 32),
+                    back = static_cast<int64_t>(v & 0xFFFFFFFFu);
+      if (front >= back) return -1;
+      if (packed().compare_exchange_weak(v, Pack(front, back - 1), std::memory_order_relaxed)) {
+        return back - 1;
+      }
+    }
+  }
+};
+
 int64_t NumOutputTiles(const LinearJob& job) {
   return (job.w->out + kLinearOutputTile - 1) / kLinearOutputTile;
 }
@@ -383,27 +424,59 @@ void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx) {
     total += TileCost(job) * static_cast<double>(NumOutputTiles(job));
   if (total == 0.0) return;
   const int threads = pool.num_threads();
-  // Thread t runs the tiles whose cost midpoint lies in [t, t + 1) · total / threads.
+  if (threads == 1) {
+    for (const LinearJob& job : jobs) {
+      LinearOutputs(*job.w, job.x, 0, job.w->out, job.y, job.y_stride);
+    }
+    return;
+  }
+  // Work units: runs of one job's tiles of about total / (threads · kUnitsPerThread) cost each.
+  // Thread t owns the units whose cost midpoint lies in [t, t + 1) · total / threads and runs them
+  // front to back (one weight stream); a thread done with its own takes the others' from their
+  // back, so a thread that starts late or runs slower is helped and all finish within about one
+  // unit of each other. Units never split an output, so who runs one never changes a bit.
+  constexpr int kUnitsPerThread = 16;
+  const double unit_cost = total / (threads * kUnitsPerThread);
+  ArenaScope scope(ctx.arena);
+  // first_unit[j]: job j's first unit; tiles_per_unit[j]: its tiles per unit.
+  std::span<int64_t> first_unit = ctx.arena.Alloc<int64_t>(jobs.size() + 1);
+  std::span<int64_t> tiles_per_unit = ctx.arena.Alloc<int64_t>(jobs.size());
+  std::span<UnitRange> owned = ctx.arena.Alloc<UnitRange>(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) owned[t].Set(0, 0);
+  first_unit[0] = 0;
+  double before = 0.0;  // cost of the units so far
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const int64_t tiles = NumOutputTiles(jobs[j]);
+    const double cost = TileCost(jobs[j]);
+    tiles_per_unit[j] = std::clamp<int64_t>(std::llround(unit_cost / std::max(cost, 1.0)), 1,
+                                            std::max<int64_t>(tiles, 1));
+    first_unit[j + 1] = first_unit[j] + (tiles + tiles_per_unit[j] - 1) / tiles_per_unit[j];
+    for (int64_t u = first_unit[j]; u < first_unit[j + 1]; ++u) {
+      const int64_t unit_tiles =
+          std::min(tiles_per_unit[j], tiles - (u - first_unit[j]) * tiles_per_unit[j]);
+      const double mid = before + 0.5 * static_cast<double>(unit_tiles) * cost;
+      const int owner = std::min(threads - 1, static_cast<int>(mid * threads / total));
+      // Owners are non-decreasing in u: each thread's units are one run.
+      if (owned[owner].Empty()) owned[owner].Set(u, u);
+      owned[owner].Set(owned[owner].Front(), u + 1);
+      before += static_cast<double>(unit_tiles) * cost;
+    }
+  }
+  const auto run_unit = [&](int64_t u) {
+    const size_t j = static_cast<size_t>(std::upper_bound(first_unit.begin(), first_unit.end(), u) -
+                                         first_unit.begin() - 1);
+    const LinearJob& job = jobs[j];
+    const int64_t first_tile = (u - first_unit[j]) * tiles_per_unit[j];
+    LinearOutputs(*job.w, job.x, first_tile * kLinearOutputTile,
+                  std::min((first_tile + tiles_per_unit[j]) * kLinearOutputTile, job.w->out), job.y,
+                  job.y_stride);
+  };
   const auto run = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
     for (int64_t t = begin; t < end; ++t) {
-      const double lo = total * static_cast<double>(t) / threads;
-      const double hi = total * static_cast<double>(t + 1) / threads;
-      double before = 0.0;
-      for (const LinearJob& job : jobs) {
-        const double cost = TileCost(job);
-        const int64_t tiles = NumOutputTiles(job);
-        // Tiles i with lo <= before + (i + 0.5) · cost < hi.
-        if (cost > 0.0 && before + static_cast<double>(tiles) * cost > lo && before < hi) {
-          const auto first =
-              static_cast<int64_t>(std::max(0.0, std::ceil((lo - before) / cost - 0.5)));
-          const auto last = static_cast<int64_t>(std::ceil((hi - before) / cost - 0.5));
-          const int64_t b = std::min(first, tiles), e = std::min(std::max(last, b), tiles);
-          if (b < e) {
-            LinearOutputs(*job.w, job.x, b * kLinearOutputTile,
-                          std::min(e * kLinearOutputTile, job.w->out), job.y, job.y_stride);
-          }
-        }
-        before += static_cast<double>(tiles) * cost;
+      for (int64_t u; (u = owned[t].TakeFront()) >= 0;) run_unit(u);
+      for (int step = 1; step < threads; ++step) {
+        UnitRange& other = owned[(t + step) % threads];
+        for (int64_t u; (u = other.TakeBack()) >= 0;) run_unit(u);
       }
     }
   };
@@ -412,15 +485,22 @@ void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx) {
 
 void Linear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
             const LinearOptions& options, ExecContext& ctx) {
-  CheckShapes(w, x, rows, y);
-  if (rows == 0 || w.out == 0) return;
+  if (rows == 0 || w.out == 0) {
+    CheckShapes(w, x, rows, y);
+    return;
+  }
   ArenaScope scope(ctx.arena);
+  const LinearJob job = PrepareLinearJob(w, x, rows, y, options, ctx);
+  RunLinearJobs(std::span<const LinearJob>(&job, 1), ctx);
+}
+
+LinearJob PrepareLinearJob(const LinearWeight& w, std::span<const float> x, int64_t rows,
+                           std::span<float> y, const LinearOptions& options, ExecContext& ctx) {
+  CheckShapes(w, x, rows, y);
   const GemmKernel kernel = SelectGemmKernel(w, options, ctx.numerics);
   const std::span<std::byte> storage =
       ctx.arena.Alloc<std::byte>(LinearInputBytes(w, rows, kernel));
-  const LinearJob job{&w, PrepareLinearInput(w, x, rows, options, kernel, storage), y.data(),
-                      w.out};
-  RunLinearJobs(std::span<const LinearJob>(&job, 1), ctx);
+  return LinearJob{&w, PrepareLinearInput(w, x, rows, options, kernel, storage), y.data(), w.out};
 }
 
 void LinearRef(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,

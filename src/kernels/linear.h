@@ -130,10 +130,10 @@ struct LinearJob {
   int64_t y_stride = 0;
 };
 
-// Runs every job in one ParallelFor over `pool`: the jobs' 32-output tiles, in order, are split
-// into one contiguous range per thread of equal estimated cost (in × (rows + 8) per tile: the
-// weight stream plus the products). Each output is computed whole by one thread, so the split
-// never changes a bit. Jobs must write disjoint outputs.
+// Runs every job in one ParallelFor over `pool`: the jobs' 32-output tiles, in order, are cut into
+// units of about equal estimated cost (in × (rows + 8) per tile: the weight stream plus the
+// products), which the threads claim in order as they become free. Each output is computed whole
+// by one thread, so the split never changes a bit. Jobs must write disjoint outputs.
 // Counts the jobs' weight bytes and multiply-adds into ctx.stats.
 void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx);
 
@@ -144,6 +144,11 @@ void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx);
 // prepared activations come from ctx.arena, the output range is split over ctx.pool.
 void Linear(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
             const LinearOptions& options, ExecContext& ctx);
+
+// The job of one such product, for RunLinearJobs with others: x prepared into ctx.arena (alive
+// until the caller's ArenaScope ends), y written with stride w.out.
+LinearJob PrepareLinearJob(const LinearWeight& w, std::span<const float> x, int64_t rows,
+                           std::span<float> y, const LinearOptions& options, ExecContext& ctx);
 
 // The scalar reference: dequantise each weight row with the numerics codecs, accumulate the dot
 // product in double, round once. Tests compare the fast kernels against it.

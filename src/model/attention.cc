@@ -265,6 +265,24 @@ int32_t Attention::DecodeSelectedEntries(const BatchRequest& r,
   return std::min(config_.sliding_window, end) + selection.per_token;
 }
 
+namespace {
+// Under the fast numerics (any fast kernel) q·k and PV are fixed-order fp32 sums (issue 19);
+// reference and the goldens' plain-fp32 probe keep them exact.
+AttentionSums SumsFor(Numerics numerics) {
+  switch (numerics) {
+    case Numerics::kReference:
+    case Numerics::kPlainFp32:
+      return AttentionSums::kExact;
+    case Numerics::kFast:
+    case Numerics::kFastFma:
+    case Numerics::kFastBf16Dot:
+    case Numerics::kFastAmx:
+      break;
+  }
+  return AttentionSums::kFp32;
+}
+}  // namespace
+
 void Attention::AttendAll(std::span<const float> q, std::span<const BatchRequest> requests,
                           std::span<const int32_t> request_of, std::span<const RequestKeys> keys_of,
                           std::span<const CompressedSelection> selections, bool block,
@@ -277,6 +295,7 @@ void Attention::AttendAll(std::span<const float> q, std::span<const BatchRequest
   // One key-pointer list per thread, drawn before the parallel region.
   std::span<const float*> key_lists =
       ctx.arena.Alloc<const float*>(static_cast<size_t>(ctx.pool.num_threads()) * max_keys);
+  const AttentionSums sums = SumsFor(ctx.numerics);
   auto attend = [&](int64_t begin, int64_t end, int thread_idx) {
     const float** keys = key_lists.data() + static_cast<size_t>(thread_idx) * max_keys;
     for (int64_t item = begin; item < end; ++item) {
@@ -304,7 +323,7 @@ void Attention::AttendAll(std::span<const float> q, std::span<const BatchRequest
       }
       SinkAttention(q.subspan(item * head_dim, head_dim),
                     std::span<const float* const>(keys, num_keys), attn_sink_[h], attn_scale_,
-                    o.subspan(item * head_dim, head_dim));
+                    o.subspan(item * head_dim, head_dim), sums);
     }
   };
   ctx.pool.ParallelFor(t_count * num_heads, 1, attend);
@@ -318,18 +337,27 @@ void Attention::OutputProjection(std::span<float> o, std::span<const float> cos,
   const int64_t group_in = config_.group_in();
   const int64_t o_rank = config_.o_lora_rank;
   const int64_t num_groups = config_.o_groups;
-  std::span<float> group_x = arena.Alloc<float>(t_count * group_in);
-  std::span<float> group_z = arena.Alloc<float>(t_count * o_rank);
+  // Group g's inputs [t_count, group_in] and outputs [t_count, o_rank]; the groups' products run
+  // as the jobs of one parallel region.
+  std::span<float> group_x = arena.Alloc<float>(num_groups * t_count * group_in);
+  std::span<float> group_z = arena.Alloc<float>(num_groups * t_count * o_rank);
   std::span<float> z = arena.Alloc<float>(t_count * num_groups * o_rank);
+  std::span<LinearJob> jobs = arena.Alloc<LinearJob>(num_groups);
   for (int64_t g = 0; g < num_groups; ++g) {
+    const std::span<float> x_g = group_x.subspan(g * t_count * group_in, t_count * group_in);
     for (int64_t t = 0; t < t_count; ++t) {
       std::copy_n(o.begin() + (t * num_groups + g) * group_in, group_in,
-                  group_x.begin() + t * group_in);
+                  x_g.begin() + t * group_in);
     }
-    Linear(wo_a_groups_[g], group_x, t_count, group_z, LinearOptions{.bf16_inputs = true}, ctx);
+    jobs[g] = PrepareLinearJob(wo_a_groups_[g], x_g, t_count,
+                               group_z.subspan(g * t_count * o_rank, t_count * o_rank),
+                               LinearOptions{.bf16_inputs = true}, ctx);
+  }
+  RunLinearJobs(jobs, ctx);
+  for (int64_t g = 0; g < num_groups; ++g) {
     for (int64_t t = 0; t < t_count; ++t) {
       for (int64_t r = 0; r < o_rank; ++r) {
-        z[(t * num_groups + g) * o_rank + r] = Bf16Round(group_z[t * o_rank + r]);
+        z[(t * num_groups + g) * o_rank + r] = Bf16Round(group_z[(g * t_count + t) * o_rank + r]);
       }
     }
   }
