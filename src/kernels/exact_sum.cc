@@ -259,6 +259,53 @@ void ColumnsSimd(const float* w, const float* const* rows, size_t n, size_t dim,
   }
 }
 
+// Fp32Dot's 16 chains: on targets with fused multiply-adds, 16 / N vectors of N lanes (chain l is
+// lane l % N of vector l / N); the tail and the fixed tree as in the scalar twin.
+float Fp32DotLanes(const float* a, const float* b, size_t n) {
+#if HWY_NATIVE_FMA
+  const hn::CappedTag<float, 16> df;
+  constexpr size_t kChains = 16;
+  const size_t nf = hn::Lanes(df);
+  using VF = hn::Vec<decltype(df)>;
+  VF acc[kChains];
+  const size_t num_vectors = kChains / nf;
+  for (size_t v = 0; v < num_vectors; ++v) acc[v] = hn::Zero(df);
+  size_t i = 0;
+  for (; i + kChains <= n; i += kChains) {
+    for (size_t v = 0; v < num_vectors; ++v) {
+      acc[v] = hn::MulAdd(hn::LoadU(df, a + i + v * nf), hn::LoadU(df, b + i + v * nf), acc[v]);
+    }
+  }
+  HWY_ALIGN float chains[kChains];
+  for (size_t v = 0; v < num_vectors; ++v) hn::Store(acc[v], df, chains + v * nf);
+  for (; i < n; ++i) chains[i % kChains] = std::fma(a[i], b[i], chains[i % kChains]);
+  for (size_t half = kChains / 2; half >= 1; half /= 2) {
+    for (size_t l = 0; l < half; ++l) chains[l] = chains[l] + chains[l + half];
+  }
+  return chains[0];
+#else
+  return Fp32Dot(std::span<const float>(a, n), std::span<const float>(b, n));
+#endif
+}
+
+// Fp32DotColumn for columns [0, dim): lanes are columns, each its own chain over the rows.
+void Fp32ColumnsLanes(const float* w, const float* const* rows, size_t n, size_t dim, float* out) {
+  size_t d = 0;
+#if HWY_NATIVE_FMA
+  const hn::ScalableTag<float> df;
+  const size_t nf = hn::Lanes(df);
+  for (; d + nf <= dim; d += nf) {
+    auto acc = hn::Zero(df);
+    for (size_t i = 0; i < n; ++i)
+      acc = hn::MulAdd(hn::Set(df, w[i]), hn::LoadU(df, rows[i] + d), acc);
+    hn::StoreU(acc, df, out + d);
+  }
+#endif
+  for (; d < dim; ++d) {
+    out[d] = Fp32DotColumn(std::span<const float>(w, n), std::span<const float* const>(rows, n), d);
+  }
+}
+
 }  // namespace dsv41::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -269,6 +316,19 @@ HWY_EXPORT(DotTiers);
 HWY_EXPORT(SumSimd);
 HWY_EXPORT(MeanSquareSimd);
 HWY_EXPORT(ColumnsSimd);
+HWY_EXPORT(Fp32DotLanes);
+HWY_EXPORT(Fp32ColumnsLanes);
+
+float Fp32DotSimd(std::span<const float> a, std::span<const float> b) {
+  DSV41_CHECK(a.size() == b.size(), "dot of %zu and %zu values", a.size(), b.size());
+  return HWY_DYNAMIC_DISPATCH(Fp32DotLanes)(a.data(), b.data(), a.size());
+}
+
+void Fp32DotColumnsSimd(std::span<const float> w, std::span<const float* const> rows,
+                        std::span<float> out) {
+  DSV41_CHECK(w.size() == rows.size(), "dot of %zu values and %zu rows", w.size(), rows.size());
+  HWY_DYNAMIC_DISPATCH(Fp32ColumnsLanes)(w.data(), rows.data(), w.size(), out.size(), out.data());
+}
 
 float ExactDotSimd(std::span<const float> a, std::span<const float> b) {
   DSV41_CHECK(a.size() == b.size(), "dot of %zu and %zu values", a.size(), b.size());
@@ -280,8 +340,8 @@ float ExactDotUnalignedSimd(std::span<const std::byte> a, std::span<const float>
               b.size());
   float out;
   // The vector tiers read `a` through unaligned loads only; the exact accumulator by copies.
-  if (HWY_DYNAMIC_DISPATCH(DotTiers)(reinterpret_cast<const float*>(a.data()), b.data(),
-                                     b.size(), &out)) {
+  if (HWY_DYNAMIC_DISPATCH(DotTiers)(reinterpret_cast<const float*>(a.data()), b.data(), b.size(),
+                                     &out)) {
     return out;
   }
   ExactAccumulator acc;

@@ -29,6 +29,13 @@ float ExactDotUnalignedSimd(std::span<const std::byte> a, std::span<const float>
 void ExactDotColumnsSimd(std::span<const float> w, std::span<const float* const> rows,
                          std::span<float> out);
 
+// The fast numerics' fixed-order fp32 sums (not exact), bit for bit their scalar twins Fp32Dot and
+// Fp32DotColumn of numerics/arith.h on every target: the attention q·k and PV products under
+// --numerics fast (issue 19).
+float Fp32DotSimd(std::span<const float> a, std::span<const float> b);
+void Fp32DotColumnsSimd(std::span<const float> w, std::span<const float* const> rows,
+                        std::span<float> out);
+
 // fp32(Σ x[i]), exactly rounded: ExactSum.
 float ExactSumSimd(std::span<const float> x);
 

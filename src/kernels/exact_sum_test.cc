@@ -177,5 +177,61 @@ TEST(ExactSumSimdTest, ColumnsEqualExactDotColumn) {
   }
 }
 
+// The fast numerics' fp32 sums: every length 0..70 at misalignments 0..3 (the 16 chains, their
+// tails and the tree), and columns over odd widths: the SIMD forms return the scalar twins' bits
+// on every target.
+TEST(Fp32SumSimdTest, EqualsScalarTwinsOverLengthsAndMisalignments) {
+  std::mt19937 rng(5);
+  for (size_t n = 0; n <= 70; ++n) {
+    for (size_t mis = 0; mis < 4; ++mis) {
+      std::vector<float> a = Draw(n + mis, rng, -20, 30, true);
+      std::vector<float> b = Draw(n + mis, rng, -3, 8, false);
+      const std::span<const float> sa = std::span<const float>(a).subspan(mis, n);
+      const std::span<const float> sb = std::span<const float>(b).subspan(mis, n);
+      SCOPED_TRACE("n " + std::to_string(n) + " mis " + std::to_string(mis));
+      const float dot = Fp32Dot(sa, sb);
+      ForEachTarget([&] { ASSERT_EQ(Bits(Fp32DotSimd(sa, sb)), Bits(dot)); });
+    }
+  }
+  std::mt19937 rows_rng(6);
+  for (size_t n : {1u, 7u, 64u, 130u}) {
+    for (size_t dim : {1u, 9u, 16u, 64u, 131u}) {
+      std::vector<float> w = Draw(n, rows_rng, -9, 9, true);
+      std::vector<std::vector<float>> storage(n);
+      std::vector<const float*> rows(n);
+      for (size_t i = 0; i < n; ++i) {
+        storage[i] = Draw(dim + 1, rows_rng, -6, 10, true);
+        rows[i] = storage[i].data() + (i % 2);  // misaligned rows too
+      }
+      SCOPED_TRACE("n " + std::to_string(n) + " dim " + std::to_string(dim));
+      ForEachTarget([&] {
+        std::vector<float> out(dim, -7.0f);
+        Fp32DotColumnsSimd(w, rows, out);
+        for (size_t d = 0; d < dim; ++d) {
+          ASSERT_EQ(Bits(out[d]), Bits(Fp32DotColumn(w, rows, d))) << "column " << d;
+        }
+      });
+    }
+  }
+}
+
+// The twins follow their stated order: 16 chains of fused multiply-adds and the fixed tree.
+// Values that cancel across chains show the order (an index-order sum gives another result).
+TEST(Fp32SumSimdTest, ScalarTwinsFollowTheirOrder) {
+  std::vector<float> a(20, 0.0f), b(20, 1.0f);
+  a[0] = 0x1p30f;   // chain 0
+  a[16] = 1.0f;     // chain 0, lost against 2^30 in fp32
+  a[8] = -0x1p30f;  // chain 8, cancels chain 0 in the tree's first step
+  a[1] = 3.0f;      // chain 1
+  // Chain 0 = fp32(2^30 + 1) = 2^30; + chain 8 = 0; the tree then adds chain 1: 3.
+  EXPECT_EQ(Fp32Dot(a, b), 3.0f);
+  float index_order = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) index_order = std::fma(a[i], b[i], index_order);
+  EXPECT_NE(index_order, 3.0f);
+  const std::vector<const float*> rows = {b.data(), b.data(), b.data()};
+  const std::vector<float> w = {0x1p30f, 1.0f, -0x1p30f};
+  EXPECT_EQ(Fp32DotColumn(w, rows, 0), 0.0f);  // in row order: (2^30 + 1) rounds to 2^30
+}
+
 }  // namespace
 }  // namespace dsv41

@@ -39,6 +39,30 @@ struct SimdSums {
   static void Exp(std::span<float> x) { CrExpSimd(x, x); }
 };
 
+// The fast numerics: q·k and PV as fixed-order fp32 sums, the probability sums (★) still exact.
+struct Fp32Sums {
+  static float Dot(std::span<const float> a, std::span<const float> b) { return Fp32DotSimd(a, b); }
+  static float Sum(std::span<const float> x) { return ExactSumSimd(x); }
+  static void Columns(std::span<const float> w, std::span<const float* const> rows,
+                      std::span<float> out) {
+    Fp32DotColumnsSimd(w, rows, out);
+  }
+  static void Exp(std::span<float> x) { CrExpSimd(x, x); }
+};
+
+// Their scalar twins.
+struct Fp32RefSums {
+  static float Dot(std::span<const float> a, std::span<const float> b) { return Fp32Dot(a, b); }
+  static float Sum(std::span<const float> x) { return ExactSum(x); }
+  static void Columns(std::span<const float> w, std::span<const float* const> rows,
+                      std::span<float> out) {
+    for (size_t d = 0; d < out.size(); ++d) out[d] = Fp32DotColumn(w, rows, d);
+  }
+  static void Exp(std::span<float> x) {
+    for (float& v : x) v = CrExp(v);
+  }
+};
+
 template <class Sums>
 void SinkAttentionImpl(std::span<const float> q, std::span<const float* const> keys, float sink,
                        float scale, std::span<float> out) {
@@ -87,13 +111,21 @@ void SinkAttentionImpl(std::span<const float> q, std::span<const float* const> k
 }  // namespace
 
 void SinkAttention(std::span<const float> q, std::span<const float* const> keys, float sink,
-                   float scale, std::span<float> out) {
-  SinkAttentionImpl<SimdSums>(q, keys, sink, scale, out);
+                   float scale, std::span<float> out, AttentionSums sums) {
+  if (sums == AttentionSums::kFp32) {
+    SinkAttentionImpl<Fp32Sums>(q, keys, sink, scale, out);
+  } else {
+    SinkAttentionImpl<SimdSums>(q, keys, sink, scale, out);
+  }
 }
 
 void SinkAttentionRef(std::span<const float> q, std::span<const float* const> keys, float sink,
-                      float scale, std::span<float> out) {
-  SinkAttentionImpl<RefSums>(q, keys, sink, scale, out);
+                      float scale, std::span<float> out, AttentionSums sums) {
+  if (sums == AttentionSums::kFp32) {
+    SinkAttentionImpl<Fp32RefSums>(q, keys, sink, scale, out);
+  } else {
+    SinkAttentionImpl<RefSums>(q, keys, sink, scale, out);
+  }
 }
 
 }  // namespace dsv41

@@ -14,10 +14,11 @@
 namespace dsv41 {
 namespace {
 
-// The SIMD form equals the scalar reference bit for bit: head sizes 1..130 (odd and beyond the
-// vector widths) and the released 512, 1..200 keys (one to four 64-key blocks, partial last
-// blocks) and the released window plus top-k (128 + 512), bf16 queries and e4m3-like keys at
-// several scales, sinks above and below the scores, on every Highway target.
+// The SIMD form equals the scalar reference bit for bit, with the exact and with the fp32 sums:
+// head sizes 1..130 (odd and beyond the vector widths) and the released 512, 1..200 keys (one to
+// four 64-key blocks, partial last blocks) and the released window plus top-k (128 + 512), bf16
+// queries and e4m3-like keys at several scales, sinks above and below the scores, on every Highway
+// target.
 TEST(SinkAttentionTest, SimdEqualsReference) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -33,20 +34,23 @@ TEST(SinkAttentionTest, SimdEqualsReference) {
           keys[k] = storage[k].data();
         }
         const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-        std::vector<float> want(dim);
-        SinkAttentionRef(q, keys, sink, scale, want);
-        SCOPED_TRACE("dim " + std::to_string(dim) + " keys " + std::to_string(num_keys) + " sink " +
-                     std::to_string(sink));
-        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(target);
-          std::vector<float> got(dim, -7.0f);
-          SinkAttention(q, keys, sink, scale, got);
-          for (size_t d = 0; d < dim; ++d) {
-            ASSERT_EQ(std::bit_cast<uint32_t>(got[d]), std::bit_cast<uint32_t>(want[d]))
-                << hwy::TargetName(target) << " dim " << d;
+        for (const AttentionSums sums : {AttentionSums::kExact, AttentionSums::kFp32}) {
+          std::vector<float> want(dim);
+          SinkAttentionRef(q, keys, sink, scale, want, sums);
+          SCOPED_TRACE("dim " + std::to_string(dim) + " keys " + std::to_string(num_keys) +
+                       " sink " + std::to_string(sink) +
+                       (sums == AttentionSums::kFp32 ? " fp32 sums" : " exact sums"));
+          for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+            hwy::SetSupportedTargetsForTest(target);
+            std::vector<float> got(dim, -7.0f);
+            SinkAttention(q, keys, sink, scale, got, sums);
+            for (size_t d = 0; d < dim; ++d) {
+              ASSERT_EQ(std::bit_cast<uint32_t>(got[d]), std::bit_cast<uint32_t>(want[d]))
+                  << hwy::TargetName(target) << " dim " << d;
+            }
           }
+          hwy::SetSupportedTargetsForTest(0);
         }
-        hwy::SetSupportedTargetsForTest(0);
       }
     }
   }

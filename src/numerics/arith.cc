@@ -228,6 +228,23 @@ float ExactDotColumn(std::span<const float> a, std::span<const float* const> row
       [&](ExactAccumulator& acc, size_t i) { acc.AddProduct(a[i], rows[i][column]); });
 }
 
+float Fp32Dot(std::span<const float> a, std::span<const float> b) {
+  DSV41_CHECK(a.size() == b.size(), "dot of %zu and %zu values", a.size(), b.size());
+  float chains[16] = {};
+  for (size_t i = 0; i < a.size(); ++i) chains[i % 16] = std::fma(a[i], b[i], chains[i % 16]);
+  for (size_t half = 8; half >= 1; half /= 2) {
+    for (size_t l = 0; l < half; ++l) chains[l] = chains[l] + chains[l + half];
+  }
+  return chains[0];
+}
+
+float Fp32DotColumn(std::span<const float> a, std::span<const float* const> rows, size_t column) {
+  DSV41_CHECK(a.size() == rows.size(), "dot of %zu values and %zu rows", a.size(), rows.size());
+  float sum = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) sum = std::fma(a[i], rows[i][column], sum);
+  return sum;
+}
+
 float ExactMeanSquare(std::span<const float> x) {
   DSV41_CHECK(!x.empty(), "mean square of no values");
   ExactAccumulator acc;

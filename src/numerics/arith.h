@@ -65,6 +65,17 @@ float ExactDot(std::span<const float> a, std::span<const float> b);
 // ExactDot of `a` with column `column` of the rows `rows[i]` (Σ a[i]·rows[i][column]): the value
 // product of attention over cached rows, without gathering the column.
 float ExactDotColumn(std::span<const float> a, std::span<const float* const> rows, size_t column);
+
+// ---- Fast-numerics fp32 sums (issue 19: attention q·k and PV under --numerics fast) ----------
+// Not exact, but in one fixed order that depends only on the length, so every caller (any batch,
+// chunking, thread count or SIMD width) gets the same bits.
+// Fp32Dot: 16 chains, chain l accumulates a[i]·b[i] for i ≡ l (mod 16) in increasing i with
+// fused multiply-adds from +0; then chain l += chain l + 8 (l < 8), l += l + 4, l += l + 2, and
+// chain 0 + chain 1 is the result. a.size() == b.size() (checked).
+float Fp32Dot(std::span<const float> a, std::span<const float> b);
+// Fp32DotColumn: Σ_i a[i]·rows[i][column] in increasing i, fused multiply-adds from +0.
+float Fp32DotColumn(std::span<const float> a, std::span<const float* const> rows, size_t column);
+
 // The mean of squares of RMSNorm and the other norm statistics (§12.8 item 2):
 // fp32( (Σ fp32(x[i]·x[i])) / n ) — each square is rounded to fp32, the sum of those and the
 // division by n are exact, and the quotient is rounded once. x must not be empty (checked).
