@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -585,6 +586,61 @@ TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
           }
         }
       });
+    }
+  }
+}
+
+// RunLinearJobs over jobs of many sizes (one tile to hundreds, a tiny job beside large ones, so
+// units differ in cost and threads finish at different times and take each other's units): every
+// output written once, each equal to its product run alone on one thread, on 1 to 4 threads and
+// over repetitions (which thread runs which unit varies from run to run).
+TEST(LinearTest, JobsOfManySizesRunAsOneRegionLikeEachAlone) {
+  std::mt19937 rng(8);
+  std::vector<StoredWeight> stored;
+  std::vector<int64_t> rows_of;
+  for (const auto& [format, out, in, rows] :
+       {std::tuple<WeightFormat, int64_t, int64_t, int64_t>{WeightFormat::kFp8Block, 600, 256, 1},
+        {WeightFormat::kMxfp4, 32, 64, 1},
+        {WeightFormat::kBf16, 1000, 96, 3},
+        {WeightFormat::kFp8Block, 5, 1100, 1},
+        {WeightFormat::kMxfp4, 333, 128, 2},
+        {WeightFormat::kBf16, 64, 40, 9}}) {
+    stored.push_back(MakeWeight(format, out, in, 1, rng));
+    rows_of.push_back(rows);
+  }
+  std::vector<LinearWeight> views;  // the jobs point at these
+  for (const StoredWeight& s : stored) views.push_back(s.View());
+  std::vector<std::vector<float>> inputs, alone;
+  for (size_t j = 0; j < stored.size(); ++j) {
+    const LinearWeight& w = views[j];
+    inputs.push_back(RandomActivations(rows_of[j] * w.in, rng));
+    for (float& v : inputs.back()) v = Bf16Round(v);
+    alone.emplace_back(static_cast<size_t>(rows_of[j] * w.out));
+    RunLinear(w, inputs[j], rows_of[j], alone[j], LinearOptions{.bf16_inputs = true},
+              Numerics::kFast, 1);
+  }
+  for (int threads = 1; threads <= 4; ++threads) {
+    OwnedExecContext exec(threads, Numerics::kFast);
+    for (int repetition = 0; repetition < 20; ++repetition) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + " repetition " +
+                   std::to_string(repetition));
+      ArenaScope scope(exec.arena);
+      std::vector<std::vector<float>> outputs;
+      std::vector<LinearJob> jobs;
+      for (size_t j = 0; j < stored.size(); ++j) {
+        outputs.emplace_back(alone[j].size(), std::numeric_limits<float>::quiet_NaN());
+      }
+      for (size_t j = 0; j < stored.size(); ++j) {
+        jobs.push_back(PrepareLinearJob(views[j], inputs[j], rows_of[j], outputs[j],
+                                        LinearOptions{.bf16_inputs = true}, exec.ctx));
+      }
+      RunLinearJobs(jobs, exec.ctx);
+      for (size_t j = 0; j < stored.size(); ++j) {
+        for (size_t i = 0; i < alone[j].size(); ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(outputs[j][i]), std::bit_cast<uint32_t>(alone[j][i]))
+              << "job " << j << " output " << i;
+        }
+      }
     }
   }
 }
