@@ -186,10 +186,16 @@ DSV41_BF16DOT_INLINE __m512i LoadRowBytes(const uint8_t* row, int64_t offset, in
 // K elements per fp32 run of a pair's accumulator (a multiple of every superblock).
 inline constexpr int64_t kChunkElements = 1024;
 
-// Adds the 16 fp32 lanes of acc into the pair's 16 fp64 lane sums.
-DSV41_BF16DOT_INLINE void Flush(__m512 acc, double* sums) {
+// Adds the 16 fp32 lanes of acc into the pair's 16 fp64 lane sums; the first chunk's lanes are
+// stored instead (the same bits as adding them to zeros: an fp32 accumulator is never −0).
+DSV41_BF16DOT_INLINE void Flush(__m512 acc, double* sums, bool first) {
   const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc));
   const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(acc, 1));
+  if (first) {
+    _mm512_store_pd(sums, lo);
+    _mm512_store_pd(sums + 8, hi);
+    return;
+  }
   _mm512_store_pd(sums, _mm512_add_pd(_mm512_load_pd(sums), lo));
   _mm512_store_pd(sums + 8, _mm512_add_pd(_mm512_load_pd(sums + 8), hi));
 }
@@ -400,7 +406,7 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
   constexpr int kZ = Dec::kZ;
   constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
   const int64_t superblocks = a.stride / Dec::kSB;
-  alignas(64) double sums[kO][kR][16] = {};
+  alignas(64) double sums[kO][kR][16];  // written by the first chunk's flush
   for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
     const int64_t sb_end = std::min(superblocks, sb0 + kChunkSB);
     __m512 acc[kO][kR];
@@ -426,7 +432,7 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
     DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
       DSV41_UNROLL
-      for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums[o][r]);
+      for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums[o][r], sb0 == 0);
     }
   }
   for (int o = 0; o < kO; ++o) {
@@ -479,6 +485,7 @@ constexpr int GroupRows() {
 template <int kO, int kR, bool kScaled, class Dec>
 DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int64_t sb0,
                                     int64_t nsb, int64_t r0, int64_t row_base, double* sums) {
+  const bool first = sb0 == 0;
   constexpr int kZ = Dec::kZ;
   constexpr int64_t kChunkSB = Buffers<Dec>::kChunkSB;
   __m512 acc[kO][kR];
@@ -525,7 +532,9 @@ DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int6
   DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
     DSV41_UNROLL
-    for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums + (o * kRowBlock + r0 + r - row_base) * 16);
+    for (int r = 0; r < kR; ++r) {
+      Flush(acc[o][r], sums + (o * kRowBlock + r0 + r - row_base) * 16, first);
+    }
   }
 }
 
@@ -545,10 +554,7 @@ DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0
   constexpr int kZ = Dec::kZ;
   constexpr int64_t kChunkSB = Buffers<Dec>::kChunkSB;
   const int64_t superblocks = a.stride / Dec::kSB;
-  // Only the sums of this block's rows are used (a decode batch fills few of kRowBlock).
-  for (int o = 0; o < kO; ++o) {
-    std::fill_n(buf.sums + o * kRowBlock * 16, static_cast<size_t>(row_end - row_base) * 16, 0.0);
-  }
+  // The first chunk's flushes write the sums of this block's rows (only those are used).
   for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
     const int64_t nsb = std::min(kChunkSB, superblocks - sb0);
     bool any_scaled = false;
@@ -580,6 +586,11 @@ template <class Dec>
 DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& a, int64_t o_begin,
                                      int64_t o_end) {
   constexpr int kO = 4;
+  if (a.stride == 0) {  // no inputs: every sum is empty (the tiles' flushes would write none)
+    for (int64_t r = 0; r < a.rows; ++r)
+      std::fill(a.y + r * a.y_stride + o_begin, a.y + r * a.y_stride + o_end, 0.0f);
+    return;
+  }
   int64_t o = o_begin;
   // Single rows up to the next multiple of kO keep every tile inside one 32-row FP8 group.
   const int64_t aligned = std::min(o_end, (o_begin + kO - 1) / kO * kO);
