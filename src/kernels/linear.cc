@@ -371,26 +371,16 @@ struct alignas(64) UnitRange {
     const uint64_t v = packed().load(std::memory_order_relaxed);
     return (v >> 32) >= (v & 0xFFFFFFFFu);
   }
-  // The unit taken, or -1 when none is left.
-  int64_t TakeFront() {
+  // The unit taken from the front (by the owner) or from the back, or -1 when none is left.
+  int64_t Take(bool from_front) {
     uint64_t v = packed().load(std::memory_order_relaxed);
     while (true) {
       const int64_t front = static_cast<int64_t>(v >> 32),
                     back = static_cast<int64_t>(v & 0xFFFFFFFFu);
       if (front >= back) return -1;
-      if (packed().compare_exchange_weak(v, Pack(front + 1, back), std::memory_order_relaxed)) {
-        return front;
-      }
-    }
-  }
-  int64_t TakeBack() {
-    uint64_t v = packed().load(std::memory_order_relaxed);
-    while (true) {
-      const int64_t front = static_cast<int64_t>(v >> 32),
-                    back = static_cast<int64_t>(v & 0xFFFFFFFFu);
-      if (front >= back) return -1;
-      if (packed().compare_exchange_weak(v, Pack(front, back - 1), std::memory_order_relaxed)) {
-        return back - 1;
+      const uint64_t next = from_front ? Pack(front + 1, back) : Pack(front, back - 1);
+      if (packed().compare_exchange_weak(v, next, std::memory_order_relaxed)) {
+        return from_front ? front : back - 1;
       }
     }
   }
@@ -473,10 +463,10 @@ void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx) {
   };
   const auto run = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
     for (int64_t t = begin; t < end; ++t) {
-      for (int64_t u; (u = owned[t].TakeFront()) >= 0;) run_unit(u);
+      for (int64_t u; (u = owned[t].Take(/*from_front=*/true)) >= 0;) run_unit(u);
       for (int step = 1; step < threads; ++step) {
         UnitRange& other = owned[(t + step) % threads];
-        for (int64_t u; (u = other.TakeBack()) >= 0;) run_unit(u);
+        for (int64_t u; (u = other.Take(/*from_front=*/false)) >= 0;) run_unit(u);
       }
     }
   };
