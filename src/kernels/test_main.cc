@@ -5,10 +5,18 @@
 // the tests. A kernel this CPU lacks exits with kSkipped, which ctest reports as skipped.
 // DSV41_POISON_MEMORY=1 fills fresh arena and KV cache memory with 0xFF (base/poison.h), so a read
 // of memory nobody wrote fails the tests (the sanitizer job runs so).
+// Every test process gets its own scratch folder as testing::TempDir() (TEST_TMPDIR), removed when
+// it ends: ctest -j runs the tests of one binary, and one test under several kernels, as parallel
+// processes that write the same file names. The ranks of one mpirun job share theirs.
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
 
 #include "base/poison.h"
 #include "gtest/gtest.h"
@@ -19,6 +27,26 @@ namespace {
 
 constexpr int kSkipped = 77;  // SKIP_RETURN_CODE of the tests registered per fast kernel
 constexpr int kBadArguments = 2;
+
+// The folder under the system's temporary one (gtest's TempDir() before TEST_TMPDIR is set) named
+// by this process, or by its mpirun job for every rank of it; created empty.
+std::string MakeScratchDir(bool* owner) {
+  const char* mpi_job = std::getenv("OMPI_MCA_ess_base_jobid");
+  const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const std::string key = mpi_job != nullptr ? std::string("mpi") + mpi_job
+                                             : std::to_string(static_cast<long>(getpid()));
+  *owner = mpi_job == nullptr || mpi_rank == nullptr || std::strcmp(mpi_rank, "0") == 0;
+  const std::string dir = ::testing::TempDir() + "dsv41_test_" + key + "/";
+  std::error_code error;
+  if (mpi_job == nullptr) std::filesystem::remove_all(dir, error);  // a dead process's pid
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    std::fprintf(stderr, "cannot create the test scratch folder %s: %s\n", dir.c_str(),
+                 error.message().c_str());
+    std::exit(kBadArguments);
+  }
+  return dir;
+}
 
 }  // namespace
 
@@ -72,5 +100,11 @@ int main(int argc, char** argv) {
                dsv41::ActiveSimdTargetName().c_str(), dsv41::SimdCapName(dsv41::CurrentSimdCap()),
                dsv41::FastKernelName(dsv41::CurrentFastKernel()),
                emulated_tiles ? ", AMX tiles emulated: this CPU has none" : "");
-  return RUN_ALL_TESTS();
+  bool owns_scratch = false;
+  const std::string scratch = MakeScratchDir(&owns_scratch);
+  setenv("TEST_TMPDIR", scratch.c_str(), /*overwrite=*/1);
+  const int result = RUN_ALL_TESTS();
+  std::error_code error;
+  if (owns_scratch) std::filesystem::remove_all(scratch, error);
+  return result;
 }
