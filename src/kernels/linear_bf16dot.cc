@@ -200,10 +200,16 @@ DSV41_BF16DOT_INLINE void Flush(__m512 acc, double* sums, bool first) {
   _mm512_store_pd(sums + 8, _mm512_add_pd(_mm512_load_pd(sums + 8), hi));
 }
 
-// The pair's result: its fp64 lane sums added (lanes i and i + 8, then a fixed tree), rounded.
-DSV41_BF16DOT_INLINE float Finish(const double* sums) {
-  return static_cast<float>(
-      _mm512_reduce_add_pd(_mm512_add_pd(_mm512_load_pd(sums), _mm512_load_pd(sums + 8))));
+// The last chunk of a pair: Flush, then its result — the fp64 lane sums added (lanes i and i + 8,
+// then a fixed tree) and rounded — without storing the sums.
+DSV41_BF16DOT_INLINE float FlushFinish(__m512 acc, const double* sums, bool first) {
+  __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc));
+  __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(acc, 1));
+  if (!first) {
+    lo = _mm512_add_pd(_mm512_load_pd(sums), lo);
+    hi = _mm512_add_pd(_mm512_load_pd(sums + 8), hi);
+  }
+  return static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(lo, hi)));
 }
 
 struct Args {
@@ -432,11 +438,14 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
     DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
       DSV41_UNROLL
-      for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums[o][r], sb0 == 0);
+      for (int r = 0; r < kR; ++r) {
+        if (sb_end == superblocks) {
+          a.y[(r0 + r) * a.y_stride + o0 + o] = FlushFinish(acc[o][r], sums[o][r], sb0 == 0);
+        } else {
+          Flush(acc[o][r], sums[o][r], sb0 == 0);
+        }
+      }
     }
-  }
-  for (int o = 0; o < kO; ++o) {
-    for (int r = 0; r < kR; ++r) a.y[(r0 + r) * a.y_stride + o0 + o] = Finish(sums[o][r]);
   }
 }
 
@@ -471,7 +480,10 @@ struct Buffers {
   static constexpr int kO = 4;
   static constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
   alignas(64) __m512i w[kO * kChunkSB * Dec::kZ];
-  SbScale scale[kO * kChunkSB];
+  // Each superblock's scale form, its two fields apart: a copy of a whole SbScale loads its
+  // `scaled` byte (just stored) as part of a vector, which stalls on the failed store forwarding.
+  alignas(64) __m512 scale_s[kO * kChunkSB];
+  bool scaled[kO * kChunkSB];
   alignas(64) double sums[kO * kRowBlock * 16];
 };
 
@@ -482,9 +494,12 @@ constexpr int GroupRows() {
   return Dec::kZ >= 4 ? 2 : 4;
 }
 
+// The chunk's dots of rows r0..r0+kR with the tile's kO outputs (from o0); the last chunk writes
+// the results to y.
 template <int kO, int kR, bool kScaled, class Dec>
-DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int64_t sb0,
-                                    int64_t nsb, int64_t r0, int64_t row_base, double* sums) {
+DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int64_t o0, int64_t sb0,
+                                    int64_t nsb, bool last, int64_t r0, int64_t row_base,
+                                    double* sums) {
   const bool first = sb0 == 0;
   constexpr int kZ = Dec::kZ;
   constexpr int64_t kChunkSB = Buffers<Dec>::kChunkSB;
@@ -506,14 +521,14 @@ DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int6
     for (int o = 0; o < kO; ++o) {
       const __m512i* w = buf.w + (o * kChunkSB + i) * kZ;
       if constexpr (kScaled) {
-        const SbScale& scale = buf.scale[o * kChunkSB + i];
+        const bool scaled = Dec::kAlwaysScaled || buf.scaled[o * kChunkSB + i];
         DSV41_UNROLL
         for (int r = 0; r < kR; ++r) {
-          if (Dec::kAlwaysScaled || scale.scaled) {
+          if (scaled) {
             __m512 partial = _mm512_setzero_ps();
             DSV41_UNROLL
             for (int z = 0; z < kZ; ++z) partial = Dot(partial, w[z], x[r][z]);
-            acc[o][r] = _mm512_fmadd_ps(partial, scale.s, acc[o][r]);
+            acc[o][r] = _mm512_fmadd_ps(partial, buf.scale_s[o * kChunkSB + i], acc[o][r]);
           } else {
             DSV41_UNROLL
             for (int z = 0; z < kZ; ++z) acc[o][r] = Dot(acc[o][r], w[z], x[r][z]);
@@ -533,19 +548,26 @@ DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int6
   for (int o = 0; o < kO; ++o) {
     DSV41_UNROLL
     for (int r = 0; r < kR; ++r) {
-      Flush(acc[o][r], sums + (o * kRowBlock + r0 + r - row_base) * 16, first);
+      double* pair_sums = sums + (o * kRowBlock + r0 + r - row_base) * 16;
+      if (last) {
+        a.y[(r0 + r) * a.y_stride + o0 + o] = FlushFinish(acc[o][r], pair_sums, first);
+      } else {
+        Flush(acc[o][r], pair_sums, first);
+      }
     }
   }
 }
 
 template <int kO, bool kScaled, class Dec>
-DSV41_BF16DOT_TARGET void ChunkRows(const Args& a, const Buffers<Dec>& buf, int64_t sb0,
-                                    int64_t nsb, int64_t row_base, int64_t row_end, double* sums) {
+DSV41_BF16DOT_TARGET void ChunkRows(const Args& a, const Buffers<Dec>& buf, int64_t o0, int64_t sb0,
+                                    int64_t nsb, bool last, int64_t row_base, int64_t row_end,
+                                    double* sums) {
   constexpr int kR = GroupRows<Dec>();
   int64_t r = row_base;
   for (; r + kR <= row_end; r += kR)
-    ChunkDots<kO, kR, kScaled, Dec>(a, buf, sb0, nsb, r, row_base, sums);
-  for (; r < row_end; ++r) ChunkDots<kO, 1, kScaled, Dec>(a, buf, sb0, nsb, r, row_base, sums);
+    ChunkDots<kO, kR, kScaled, Dec>(a, buf, o0, sb0, nsb, last, r, row_base, sums);
+  for (; r < row_end; ++r)
+    ChunkDots<kO, 1, kScaled, Dec>(a, buf, o0, sb0, nsb, last, r, row_base, sums);
 }
 
 template <int kO, class Dec>
@@ -554,7 +576,8 @@ DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0
   constexpr int kZ = Dec::kZ;
   constexpr int64_t kChunkSB = Buffers<Dec>::kChunkSB;
   const int64_t superblocks = a.stride / Dec::kSB;
-  // The first chunk's flushes write the sums of this block's rows (only those are used).
+  // The first chunk's flushes write the sums of this block's rows (only those are used); the
+  // last chunk's write the results.
   for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
     const int64_t nsb = std::min(kChunkSB, superblocks - sb0);
     bool any_scaled = false;
@@ -565,19 +588,16 @@ DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0
         Decoded<kZ> d;
         dec.Decode(o0 + o, sb0 + i, scale, d);
         for (int z = 0; z < kZ; ++z) buf.w[(o * kChunkSB + i) * kZ + z] = d.w[z];
-        buf.scale[o * kChunkSB + i] = scale;
+        buf.scale_s[o * kChunkSB + i] = scale.s;
+        buf.scaled[o * kChunkSB + i] = scale.scaled;
         any_scaled |= scale.scaled;
       }
     }
+    const bool last = sb0 + nsb == superblocks;
     if (Dec::kAlwaysScaled || any_scaled) {
-      ChunkRows<kO, true, Dec>(a, buf, sb0, nsb, row_base, row_end, buf.sums);
+      ChunkRows<kO, true, Dec>(a, buf, o0, sb0, nsb, last, row_base, row_end, buf.sums);
     } else {
-      ChunkRows<kO, false, Dec>(a, buf, sb0, nsb, row_base, row_end, buf.sums);
-    }
-  }
-  for (int o = 0; o < kO; ++o) {
-    for (int64_t r = row_base; r < row_end; ++r) {
-      a.y[r * a.y_stride + o0 + o] = Finish(buf.sums + (o * kRowBlock + r - row_base) * 16);
+      ChunkRows<kO, false, Dec>(a, buf, o0, sb0, nsb, last, row_base, row_end, buf.sums);
     }
   }
 }
