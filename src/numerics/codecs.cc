@@ -42,19 +42,6 @@ uint32_t RoundAbsToCode(uint32_t abs_bits, int man_bits, int bias) {
 
 }  // namespace
 
-uint16_t Bf16FromF32(float x) {
-  const uint32_t bits = std::bit_cast<uint32_t>(x);
-  if (IsNanBits(bits & kF32AbsMask)) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  // RNE on the low 16 bits; a carry out of the mantissa increments the exponent (and reaches
-  // the infinity encoding from the largest finite binade, as IEEE overflow does).
-  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-float F32FromBf16(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
-
-float Bf16Round(float x) { return F32FromBf16(Bf16FromF32(x)); }
-
 uint16_t F16FromF32(float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const uint16_t sign = static_cast<uint16_t>((bits & kF32SignMask) >> 16);

@@ -4,17 +4,28 @@
 // function per direction. Every function is pure and thread-safe. Encoders round to nearest, ties
 // to even (RNE) and never depend on the FP environment's rounding mode (integer arithmetic only).
 
+#include <bit>
 #include <cstdint>
 
 namespace dsv41 {
 
 // ---- bf16 (1-8-7) -------------------------------------------------------------------------
+// Inline: called per element in the forward's loops, which they let the compiler vectorise.
 // RNE; overflow rounds to ±inf as IEEE; NaN stays NaN (quiet bit set, sign and top payload kept).
-uint16_t Bf16FromF32(float x);
+inline uint16_t Bf16FromF32(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  // RNE on the low 16 bits; a carry out of the mantissa increments the exponent (and reaches
+  // the infinity encoding from the largest finite binade, as IEEE overflow does).
+  const uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
 // Exact.
-float F32FromBf16(uint16_t bits);
+inline float F32FromBf16(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
 // The bf16 value of x as an fp32 (F32FromBf16(Bf16FromF32(x))).
-float Bf16Round(float x);
+inline float Bf16Round(float x) { return F32FromBf16(Bf16FromF32(x)); }
 
 // ---- IEEE binary16 (1-5-10) ---------------------------------------------------------------
 // RNE including subnormals (smallest 2^-24); |x| at or above 65520 rounds to ±inf; NaN -> quiet
