@@ -251,11 +251,8 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
   const int64_t shared_rows = shared ? num_tokens : 0;
   const int64_t num_units = num_routed + (shared ? 1 : 0);
   if (num_units == 0) return;
-  // xs gathers the assignments' inputs.
+  // xs gathers the assignments' inputs (each unit its own rows, as it prepares them).
   std::span<float> xs = arena.Alloc<float>(static_cast<size_t>(num_assigned * hidden));
-  for (int64_t i = routed_begin; i < routed_begin + routed_rows; ++i) {
-    std::copy_n(x.begin() + a.token_of[i] * hidden, hidden, xs.begin() + i * hidden);
-  }
   const int64_t hidden_rows = num_assigned + num_tokens;
   std::span<float> gs = arena.Alloc<float>(static_cast<size_t>(hidden_rows * inter));
   std::span<float> us = arena.Alloc<float>(gs.size());
@@ -270,23 +267,54 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
   const auto num_rows = [&](int64_t i) {
     return i < num_routed ? a.first_of[experts[i] + 1] - a.first_of[experts[i]] : num_tokens;
   };
-  const auto prepare = [&](const LinearWeight& w, std::span<const float> in, int64_t rows) {
-    const LinearOptions options = LinearOptionsFor(w);
-    const GemmKernel kernel = SelectGemmKernel(w, options, ctx.numerics);
-    return PrepareLinearInput(w, in, rows, options, kernel,
-                              arena.Alloc<std::byte>(LinearInputBytes(w, rows, kernel)));
+  // Every unit's input to `weight_of(i)` (w1 or w2), prepared from `input_of(i)` (called in the
+  // unit's task, which may first fill its rows): the storage is cut on this thread (the arena is
+  // the engine thread's), the copies, quantisation and packing run in parallel over the units
+  // when the rows are many (a prefill's; a decode step's few rows stay on this thread).
+  std::span<LinearInput> prepared = arena.Alloc<LinearInput>(static_cast<size_t>(num_units));
+  const auto prepare_all = [&](const auto& weight_of, const auto& input_of) {
+    std::span<std::span<std::byte>> storage =
+        arena.Alloc<std::span<std::byte>>(static_cast<size_t>(num_units));
+    int64_t elements = 0;
+    for (int64_t i = 0; i < num_units; ++i) {
+      const LinearWeight& w = weight_of(i);
+      const GemmKernel kernel = SelectGemmKernel(w, LinearOptionsFor(w), ctx.numerics);
+      storage[i] = arena.Alloc<std::byte>(LinearInputBytes(w, num_rows(i), kernel));
+      elements += num_rows(i) * w.in;
+    }
+    const auto prepare_units = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+      for (int64_t i = begin; i < end; ++i) {
+        const LinearWeight& w = weight_of(i);
+        const LinearOptions options = LinearOptionsFor(w);
+        prepared[i] = PrepareLinearInput(w, input_of(i), num_rows(i), options,
+                                         SelectGemmKernel(w, options, ctx.numerics), storage[i]);
+      }
+    };
+    constexpr int64_t kParallelElements = int64_t{1} << 16;
+    if (elements < kParallelElements) {
+      prepare_units(0, num_units, 0);
+    } else {
+      ctx.pool.ParallelFor(num_units, 1, prepare_units);
+    }
   };
   std::span<LinearJob> jobs = arena.Alloc<LinearJob>(static_cast<size_t>(2 * num_units));
 
   // w1 and w3 of every expert on its tokens, in one region (§12.4: bf16 outputs).
+  prepare_all([&](int64_t i) -> const LinearWeight& { return expert_at(i).w1; },
+              [&](int64_t i) -> std::span<const float> {
+                if (i == num_routed) return x;
+                const int64_t first = first_row(i), rows = num_rows(i);
+                for (int64_t row = first; row < first + rows; ++row) {
+                  std::copy_n(x.begin() + a.token_of[row] * hidden, hidden,
+                              xs.begin() + row * hidden);
+                }
+                return std::span<const float>(xs).subspan(first * hidden, rows * hidden);
+              });
   for (int64_t i = 0; i < num_units; ++i) {
     const Expert& ex = expert_at(i);
-    const int64_t first = first_row(i), rows = num_rows(i);
-    const std::span<const float> in =
-        i < num_routed ? std::span<const float>(xs).subspan(first * hidden, rows * hidden) : x;
-    const LinearInput prepared = prepare(ex.w1, in, rows);
-    jobs[2 * i] = LinearJob{&ex.w1, prepared, gs.data() + first * inter, inter};
-    jobs[2 * i + 1] = LinearJob{&ex.w3, prepared, us.data() + first * inter, inter};
+    const int64_t first = first_row(i);
+    jobs[2 * i] = LinearJob{&ex.w1, prepared[i], gs.data() + first * inter, inter};
+    jobs[2 * i + 1] = LinearJob{&ex.w3, prepared[i], us.data() + first * inter, inter};
   }
   RunLinearJobs(jobs, ctx);
 
@@ -313,12 +341,14 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
       });
 
   // w2 of every expert, in one region.
+  prepare_all([&](int64_t i) -> const LinearWeight& { return expert_at(i).w2; },
+              [&](int64_t i) {
+                return std::span<const float>(gs).subspan(first_row(i) * inter,
+                                                          num_rows(i) * inter);
+              });
   for (int64_t i = 0; i < num_units; ++i) {
     const Expert& ex = expert_at(i);
-    const int64_t first = first_row(i), rows = num_rows(i);
-    const LinearInput prepared =
-        prepare(ex.w2, std::span<const float>(gs).subspan(first * inter, rows * inter), rows);
-    jobs[i] = LinearJob{&ex.w2, prepared, outs.data() + first * hidden, hidden};
+    jobs[i] = LinearJob{&ex.w2, prepared[i], outs.data() + first_row(i) * hidden, hidden};
   }
   RunLinearJobs(jobs.first(static_cast<size_t>(num_units)), ctx);
 }
