@@ -91,8 +91,8 @@ int64_t Bf16DotStride(const LinearWeight& w) {
   return (w.in + sb - 1) / sb * sb;
 }
 
-void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
-                    int64_t stride, uint16_t* out) {
+void Bf16DotPrepareScalar(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
+                          int64_t stride, uint16_t* out) {
   const int64_t sb = SuperblockElements(format);
   int32_t perm[128];
   for (int64_t p = 0; p < sb; ++p) perm[p] = static_cast<int32_t>(SourceElement(format, p));
@@ -210,6 +210,69 @@ DSV41_BF16DOT_INLINE float FlushFinish(__m512 acc, const double* sums, bool firs
     hi = _mm512_add_pd(_mm512_load_pd(sums + 8), hi);
   }
   return static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(lo, hi)));
+}
+
+// Bf16DotPrepare on the vector unit: per superblock its fp32 values' high halves in natural
+// order (16 per vector), then the words permuted into the kernel's order, 64 sources at a time
+// (an index's bit 6 picks the pair of natural vectors). A row with a value that is not bf16 goes
+// through the scalar twin, which says so in debug builds.
+struct PrepareIndex {
+  alignas(64) uint16_t idx[4][32];
+  __mmask32 high_pair[4] = {};  // words taken from natural vectors 2 and 3
+};
+const PrepareIndex& PrepareIndexFor(WeightFormat format) {
+  static const auto make = [](WeightFormat f) {
+    PrepareIndex t;
+    for (int64_t p = 0; p < SuperblockElements(f); ++p) {
+      const int64_t e = SourceElement(f, p);
+      t.idx[p / 32][p % 32] = static_cast<uint16_t>(e % 64);
+      if (e >= 64) t.high_pair[p / 32] |= __mmask32{1} << (p % 32);
+    }
+    return t;
+  };
+  static const PrepareIndex fp8 = make(WeightFormat::kFp8Block);
+  static const PrepareIndex mxfp4 = make(WeightFormat::kMxfp4);
+  static const PrepareIndex bf16 = make(WeightFormat::kBf16);
+  return format == WeightFormat::kFp8Block ? fp8 : format == WeightFormat::kMxfp4 ? mxfp4 : bf16;
+}
+
+// 32 consecutive fp32 values' high halves, in order.
+DSV41_BF16DOT_INLINE __m512i HighWords(const float* src, __mmask16* low_bits) {
+  const __m512i a = _mm512_loadu_si512(src);
+  const __m512i b = _mm512_loadu_si512(src + 16);
+  const __m512i low = _mm512_set1_epi32(0xFFFF);
+  *low_bits |= _mm512_test_epi32_mask(a, low) | _mm512_test_epi32_mask(b, low);
+  const __m256i ha = _mm512_cvtepi32_epi16(_mm512_srli_epi32(a, 16));
+  const __m256i hb = _mm512_cvtepi32_epi16(_mm512_srli_epi32(b, 16));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1);
+}
+
+template <int kSB>
+DSV41_BF16DOT_TARGET bool PrepareRow(const PrepareIndex& t, const float* src, int64_t stride,
+                                     uint16_t* dst) {
+  constexpr int kZ = kSB / 32;
+  __mmask16 low_bits = 0;
+  for (int64_t base = 0; base < stride; base += kSB) {
+    __m512i natural[4];
+    DSV41_UNROLL
+    for (int z = 0; z < kZ; ++z) natural[z] = HighWords(src + base + 32 * z, &low_bits);
+    DSV41_UNROLL
+    for (int z = 0; z < kZ; ++z) {
+      const __m512i idx = _mm512_load_si512(t.idx[z]);
+      __m512i words;
+      if constexpr (kZ == 1) {
+        words = _mm512_permutexvar_epi16(idx, natural[0]);
+      } else {
+        words = _mm512_permutex2var_epi16(natural[0], idx, natural[1]);
+        if constexpr (kZ == 4) {
+          words = _mm512_mask_blend_epi16(t.high_pair[z], words,
+                                          _mm512_permutex2var_epi16(natural[2], idx, natural[3]));
+        }
+      }
+      _mm512_storeu_si512(dst + base + 32 * z, words);
+    }
+  }
+  return low_bits == 0;
 }
 
 struct Args {
@@ -657,6 +720,32 @@ DSV41_BF16DOT_TARGET void Outputs(const LinearWeight& w, const Args& a, int64_t 
 
 }  // namespace
 
+void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
+                    int64_t stride, uint16_t* out) {
+  if (!Bf16DotSupported()) {
+    Bf16DotPrepareScalar(format, x, rows, src_stride, stride, out);
+    return;
+  }
+  const PrepareIndex& t = PrepareIndexFor(format);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = x + r * src_stride;
+    uint16_t* dst = out + r * stride;
+    bool bf16_values = false;
+    switch (SuperblockElements(format)) {
+      case 128:
+        bf16_values = PrepareRow<128>(t, src, stride, dst);
+        break;
+      case 64:
+        bf16_values = PrepareRow<64>(t, src, stride, dst);
+        break;
+      default:
+        bf16_values = PrepareRow<32>(t, src, stride, dst);
+        break;
+    }
+    if (!bf16_values) Bf16DotPrepareScalar(format, src, 1, src_stride, stride, dst);
+  }
+}
+
 void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
                     float* y, int64_t y_stride) {
   DSV41_CHECK(Bf16DotSupported(), "the bf16 dot kernel needs AVX512-BF16 and AVX512-VBMI");
@@ -670,6 +759,11 @@ void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin
 
 bool Bf16DotUnitPresent() { return false; }
 bool Bf16DotSupported() { return false; }
+
+void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
+                    int64_t stride, uint16_t* out) {
+  Bf16DotPrepareScalar(format, x, rows, src_stride, stride, out);
+}
 
 void Bf16DotOutputs(const LinearWeight&, const LinearInput&, int64_t, int64_t, float*, int64_t) {
   DSV41_CHECK(false, "the bf16 dot kernel is not built for this CPU architecture");

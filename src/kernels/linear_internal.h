@@ -43,9 +43,12 @@ void QuantizeActivations(float* x, int64_t rows, int64_t stride);
 // stride = in rounded up to the format's superblock (bf16 32, FP8 64, MXFP4 128 elements).
 int64_t Bf16DotStride(const LinearWeight& w);
 // Converts fp32 rows holding bf16 values ([rows, src_stride], src_stride >= in, zero padded to
-// Bf16DotStride) into the kernel's order.
+// Bf16DotStride) into the kernel's order: on the vector unit where the kernel runs, else (and
+// for a row with a value that is not bf16) by the scalar twin.
 void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
                     int64_t stride, uint16_t* out);
+void Bf16DotPrepareScalar(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
+                          int64_t stride, uint16_t* out);
 void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
                     float* y, int64_t y_stride);
 // True when this build has the kernel and the CPU has the unit, whatever the SIMD cap.

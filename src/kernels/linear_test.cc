@@ -679,6 +679,37 @@ TEST(LinearTest, EveryKernelIsExercised) {
   EXPECT_TRUE(any_differs);
 }
 
+// The bf16-dot kernel's input packing on the vector unit equals its scalar twin for every
+// format, over odd row counts, lengths and source strides (values of every sign and zeros).
+TEST(LinearTest, Bf16DotPrepareEqualsItsScalarTwin) {
+  if (!CpuHasBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or capped): the scalar twin only";
+  std::mt19937 rng(11);
+  for (const WeightFormat format :
+       {WeightFormat::kBf16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+    for (const int64_t in : {int64_t{1}, int64_t{31}, int64_t{130}, int64_t{700}}) {
+      const LinearWeight w{format, 1, in, {}, {}};
+      const int64_t stride = linear_internal::Bf16DotStride(w);
+      for (const int64_t rows : {int64_t{1}, int64_t{3}}) {
+        const int64_t src_stride = stride + 16;
+        std::vector<float> x(static_cast<size_t>(rows * src_stride), 0.0f);
+        std::vector<float> values = RandomActivations(rows * in, rng);
+        for (size_t i = 0; i < values.size(); ++i) {
+          values[i] = i % 7 == 3 ? 0.0f : Bf16Round(values[i]);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          std::copy_n(values.begin() + r * in, in, x.begin() + r * src_stride);
+        }
+        std::vector<uint16_t> vec(static_cast<size_t>(rows * stride), 0xDEAD);
+        std::vector<uint16_t> scalar(vec.size(), 0xBEEF);
+        linear_internal::Bf16DotPrepare(format, x.data(), rows, src_stride, stride, vec.data());
+        linear_internal::Bf16DotPrepareScalar(format, x.data(), rows, src_stride, stride,
+                                              scalar.data());
+        EXPECT_EQ(vec, scalar) << static_cast<int>(format) << " in " << in << " rows " << rows;
+      }
+    }
+  }
+}
+
 // The kernel choice follows the numerics mode and the inputs: fp32 weights and fp32 inputs never
 // take the bf16 dot product.
 TEST(LinearTest, KernelSelection) {
