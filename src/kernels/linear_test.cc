@@ -679,6 +679,73 @@ TEST(LinearTest, EveryKernelIsExercised) {
   EXPECT_TRUE(any_differs);
 }
 
+// The bf16-dot kernel's fp64 lane sums l[0..15] are added by one fixed tree — v = l[i] + l[i + 8],
+// then v[i] + v[i + 4], then + [i + 2], then [0] + [1] — however many outputs and rows a tile
+// finishes at once. One lane holds 2^53, a `partner` lane −2^53 and a third lane 1 (a product
+// pair each): whether the 1 survives depends on where the tree meets the three, which the
+// scalar model below says for every placement.
+float LaneTreeModel(const double* l) {
+  double v[8], t[4], u[2];
+  for (int i = 0; i < 8; ++i) v[i] = l[i] + l[i + 8];
+  for (int i = 0; i < 4; ++i) t[i] = v[i] + v[i + 4];
+  for (int i = 0; i < 2; ++i) u[i] = t[i] + t[i + 2];
+  return static_cast<float>(u[0] + u[1]);
+}
+
+TEST(LinearTest, Bf16DotLaneSumsFollowTheirTree) {
+  if (!CpuHasBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or capped)";
+  int ones_lost = 0;
+  for (int partner = 1; partner < 16; ++partner) {
+    for (int one = 1; one < 16; ++one) {
+      if (one == partner) continue;
+      double lanes[16] = {};
+      lanes[0] = 0x1p53;
+      lanes[partner] = -0x1p53;
+      lanes[one] = 1.0;
+      const float expected = LaneTreeModel(lanes);
+      ones_lost += expected == 0.0f;
+      const int64_t in = partner == 8 && one == 1 ? 2048 : 32;  // also a sum over two chunks
+      for (const int64_t out : {int64_t{8}, int64_t{13}}) {
+        for (const int64_t rows : {int64_t{1}, int64_t{5}}) {
+          // Lane q of the last chunk's dots: elements base + 2q and base + 2q + 1.
+          const int64_t base = in - 32;
+          StoredWeight s;
+          s.format = WeightFormat::kBf16;
+          s.out = out;
+          s.in = in;
+          s.weight_bytes = static_cast<size_t>(2 * out * in);
+          s.weight_buf.assign(s.weight_bytes, 0);
+          std::vector<float> w_row(static_cast<size_t>(in), 0.0f);
+          std::vector<float> x(static_cast<size_t>(rows * in), 0.0f);
+          w_row[base] = 0x1p27f;                 // 2^27 · 2^26
+          w_row[base + 2 * partner] = -0x1p27f;  // −2^27 · 2^26
+          w_row[base + 2 * one] = 1.0f;
+          for (int64_t o = 0; o < out; ++o) {
+            for (int64_t i = 0; i < in; ++i) {
+              const uint16_t bits = Bf16FromF32(w_row[i]);
+              std::memcpy(s.weight_buf.data() + 2 * (o * in + i), &bits, 2);
+            }
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            x[r * in + base] = 0x1p26f;
+            x[r * in + base + 2 * partner] = 0x1p26f;
+            x[r * in + base + 2 * one] = 1.0f;
+          }
+          std::vector<float> y(static_cast<size_t>(rows * out), -1.0f);
+          RunLinear(s.View(), x, rows, y, LinearOptions{.bf16_inputs = true},
+                    Numerics::kFastBf16Dot);
+          for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_EQ(y[i], expected)
+                << "lanes 0, " << partner << " (−2^53), " << one << " (1); in " << in << " out "
+                << out << " rows " << rows << " at " << i;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(ones_lost, 0) << "no placement tells the tree from another";
+}
+
 // The bf16-dot kernel's input packing on the vector unit equals its scalar twin for every
 // format, over odd row counts, lengths and source strides (values of every sign and zeros).
 TEST(LinearTest, Bf16DotPrepareEqualsItsScalarTwin) {
