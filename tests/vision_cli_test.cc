@@ -21,7 +21,7 @@ namespace {
 
 std::string TempDir(const std::string& name) {
   const std::string dir =
-      (std::filesystem::temp_directory_path() / ("dsv41_vision_cli_" + name)).string();
+      (std::filesystem::path(::testing::TempDir()) / ("dsv41_vision_cli_" + name)).string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -205,9 +205,9 @@ TEST(VisionCliTest, LogitsRefusesMismatchedImages) {
   const int hidden = (*config)["text_config"]["hidden_size"].get<int>();
   const int image_token = (*config)["image_token_id"].get<int>();
   WriteFloatNpy(out + "/rows.npy", std::vector<float>(2 * 3 * hidden, 0.5f), {2, 3, hidden});
-  const RunResult no_tower = RunCommand(
-      kDsv41Binary + " logits --model " + text_only + " --out " + out + "/y.npy --ids 0," +
-      std::to_string(image_token) + " --image-embeddings " + out + "/rows.npy 2>&1");
+  const RunResult no_tower = RunCommand(kDsv41Binary + " logits --model " + text_only + " --out " +
+                                        out + "/y.npy --ids 0," + std::to_string(image_token) +
+                                        " --image-embeddings " + out + "/rows.npy 2>&1");
   EXPECT_EQ(no_tower.exit_code, 1) << no_tower.out;
   EXPECT_NE(no_tower.out.find("no vision tower"), std::string::npos) << no_tower.out;
 }

@@ -8,7 +8,7 @@ namespace dsv41 {
 namespace {
 
 std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("dsv41_base_" + name)).string();
+  return (std::filesystem::path(::testing::TempDir()) / ("dsv41_base_" + name)).string();
 }
 
 TEST(MappedFileTest, MapsWrittenBytes) {
@@ -31,7 +31,7 @@ TEST(MappedFileTest, MissingFileNamesPath) {
 }
 
 TEST(MappedFileTest, DirectoryIsRejected) {
-  Result<MappedFile> file = MappedFile::Open(std::filesystem::temp_directory_path().string());
+  Result<MappedFile> file = MappedFile::Open(std::filesystem::path(::testing::TempDir()).string());
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), StatusCode::kInvalidArgument);
 }

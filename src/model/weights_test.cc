@@ -25,7 +25,7 @@ TEST(ModelWeightsTest, LoadsEveryGoldenCheckpoint) {
 }
 
 std::string TempDir(const char* name) {
-  std::filesystem::path path = std::filesystem::temp_directory_path();
+  std::filesystem::path path = std::filesystem::path(::testing::TempDir());
   path /= name;
   return path.string();
 }

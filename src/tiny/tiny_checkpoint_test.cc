@@ -26,7 +26,7 @@ namespace dsv41 {
 namespace {
 
 std::string TempDir(const std::string& name) {
-  std::filesystem::path path = std::filesystem::temp_directory_path();
+  std::filesystem::path path = std::filesystem::path(::testing::TempDir());
   path /= "dsv41_tiny_" + name;
   std::filesystem::remove_all(path);
   return path.string();
