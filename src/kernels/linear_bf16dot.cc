@@ -55,6 +55,7 @@ namespace dsv41::linear_internal {
 namespace {
 
 inline bool Likely(bool b) { return __builtin_expect(b, 1); }
+inline bool Unlikely(bool b) { return __builtin_expect(b, 0); }
 
 constexpr int64_t SuperblockElements(WeightFormat format) {
   switch (format) {
@@ -355,7 +356,12 @@ struct Fp8Dec {
       out.s = _mm512_setzero_ps();
       return out;
     }
-    // fp32 lanes 0-7 come from 128-bit lanes 0-1 (column 2sb), lanes 8-15 from column 2sb + 1.
+    return ScaledForm(b0, b1);
+  }
+  // fp32 lanes 0-7 come from 128-bit lanes 0-1 (column 2sb), lanes 8-15 from column 2sb + 1.
+  // Out of line and cold: inlined, its code changes how the tiles' loops are laid out.
+  __attribute__((noinline, cold)) DSV41_BF16DOT_TARGET static SbScale ScaledForm(int b0, int b1) {
+    SbScale out;
     out.scaled = true;
     out.shift = _mm512_setzero_si512();
     const __m256 f0 = _mm256_set1_ps(F32FromE8m0(static_cast<uint8_t>(b0)));
@@ -416,26 +422,30 @@ struct Mxfp4Dec {
         packed = (packed & ~(0xFFu << (8 * i))) | (uint32_t{row[first + i]} << (8 * i));
       }
     }
-    SbScale out;
-    out.scaled = true;
-    out.shift = _mm512_setzero_si512();
     // Bytes 0 (2^-127, an fp32 subnormal) and 255 (NaN) need the codec: a zero byte of packed or
     // of ~packed.
     const auto has_zero_byte = [](uint32_t v) {
       return ((v - 0x01010101u) & ~v & 0x80808080u) != 0;
     };
-    if (Likely(!has_zero_byte(packed) && !has_zero_byte(~packed))) {
-      // 2^(b−127) as fp32 bits b << 23.
-      const __m128i spread =
-          _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(packed)),
-                           _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-      out.s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(spread), 23));
-    } else {
-      alignas(64) float f[16];
-      for (int q = 0; q < 16; ++q)
-        f[q] = F32FromE8m0(static_cast<uint8_t>(packed >> (8 * (q / 4))));
-      out.s = _mm512_load_ps(f);
-    }
+    if (Unlikely(has_zero_byte(packed) || has_zero_byte(~packed))) return ScaledForm(packed);
+    SbScale out;
+    out.scaled = true;
+    out.shift = _mm512_setzero_si512();
+    // 2^(b−127) as fp32 bits b << 23.
+    const __m128i spread =
+        _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(packed)),
+                         _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    out.s = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(spread), 23));
+    return out;
+  }
+  // Out of line and cold, as Fp8Dec's.
+  __attribute__((noinline, cold)) DSV41_BF16DOT_TARGET static SbScale ScaledForm(uint32_t packed) {
+    SbScale out;
+    out.scaled = true;
+    out.shift = _mm512_setzero_si512();
+    alignas(64) float f[16];
+    for (int q = 0; q < 16; ++q) f[q] = F32FromE8m0(static_cast<uint8_t>(packed >> (8 * (q / 4))));
+    out.s = _mm512_load_ps(f);
     return out;
   }
   DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, const SbScale&, Decoded<kZ>& out) const {

@@ -2,7 +2,6 @@
 
 #include <bit>
 #include <cstdint>
-#include <limits>
 
 namespace dsv41 {
 namespace {
@@ -89,12 +88,6 @@ float F32FromE4m3(uint8_t code) {
     return sign ? -magnitude : magnitude;
   }
   return std::bit_cast<float>(sign | ((exp_field + 120u) << 23) | (man << 20));
-}
-
-float F32FromE8m0(uint8_t b) {
-  if (b == 0xFF) return std::numeric_limits<float>::quiet_NaN();
-  if (b == 0) return std::bit_cast<float>(0x00400000u);  // 2^-127, subnormal
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 23);
 }
 
 uint8_t E2m1FromF32(float x) {

@@ -48,7 +48,13 @@ float F32FromE4m3(uint8_t code);
 
 // ---- ue8m0 (scale byte) ---------------------------------------------------------------------
 // 2^(b - 127) exactly: b = 0 is 2^-127 (an fp32 subnormal), b = 254 is 2^127; 0xFF is NaN.
-float F32FromE8m0(uint8_t b);
+// Inline: the kernels' rare scale paths call it inside loops whose vector registers a call
+// would spill.
+inline float F32FromE8m0(uint8_t b) {
+  if (b == 0xFF) return std::bit_cast<float>(0x7FC00000u);  // quiet NaN
+  if (b == 0) return std::bit_cast<float>(0x00400000u);     // 2^-127, subnormal
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 23);
+}
 
 // ---- e2m1 (FP4: bit 3 sign, magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6) ---------------------------
 // RNE onto the grid with ties to the even code: 0.25, 1.25, 2.5, 5 round down; 0.75, 1.75, 3.5
