@@ -170,7 +170,7 @@ void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_
 }
 
 void Rows(benchmark::internal::Benchmark* b) {
-  for (const int64_t rows : {1, 4, 16, 64, 256}) b->Arg(rows);
+  for (const int64_t rows : {1, 2, 3, 4, 8, 16, 64, 256}) b->Arg(rows);
   b->ArgName("rows")->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 
