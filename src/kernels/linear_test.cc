@@ -590,6 +590,119 @@ TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
   }
 }
 
+// A weight from explicit bytes, `misalign` bytes into its buffers.
+StoredWeight WeightFromBytes(WeightFormat format, int64_t out, int64_t in,
+                             const std::vector<uint8_t>& weight, const std::vector<uint8_t>& scale,
+                             size_t misalign) {
+  StoredWeight s;
+  s.format = format;
+  s.out = out;
+  s.in = in;
+  s.misalign = misalign;
+  s.weight_bytes = weight.size();
+  s.scale_bytes = scale.size();
+  s.weight_buf.assign(misalign, 0xEE);
+  s.weight_buf.insert(s.weight_buf.end(), weight.begin(), weight.end());
+  s.scale_buf.assign(misalign, 0xEE);
+  s.scale_buf.insert(s.scale_buf.end(), scale.begin(), scale.end());
+  return s;
+}
+
+// The bf16 dot kernel runs a tile of weight rows on its plain path when the rows end on whole
+// superblocks and every scale byte is in the common range, on its checked path otherwise; both
+// must give the same bits. Pairs of weights with the same values, one plain and one not: rows of
+// in = 96 (48 for bf16) against the same rows zero-padded to 128 (the padding's scales 2^0), and
+// a block of zero codes under the common scale byte 127 against the same block under a rare one
+// (FP8 250, MXFP4 0: the scaled form, adding only zeros). Single rows, the register tiles' 3 rows
+// and the buffered path's 6 and 50; 40 outputs (FP8: a whole and a partial 32-row group).
+TEST(LinearTest, PlainTilesEqualCheckedTilesBitForBit) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<int> common_scale(118, 130);
+  constexpr int64_t kOut = 40, kLong = 128;
+  for (const WeightFormat f :
+       {WeightFormat::kBf16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+    SCOPED_TRACE(Name(f));
+    const int64_t short_in = f == WeightFormat::kBf16 ? 48 : 96;
+    // Per format: bytes per weight (bf16 2, FP8 1, MXFP4 1/2) and scale columns per row.
+    const auto row_bytes = [&](int64_t in) {
+      return f == WeightFormat::kBf16 ? 2 * in : f == WeightFormat::kMxfp4 ? in / 2 : in;
+    };
+    const auto scale_cols = [&](int64_t in) { return f == WeightFormat::kBf16 ? 0 : NumTiles(in); };
+    const int64_t scale_rows = f == WeightFormat::kFp8Block ? NumTiles(kOut) : kOut;
+    // Random weights of the long shape; the short one is their first short_in columns, the long
+    // one's last columns zero (bf16 +0, FP8 code 0, MXFP4 nibbles 0).
+    std::vector<uint8_t> long_w(kOut * row_bytes(kLong)), short_w;
+    for (int64_t o = 0; o < kOut; ++o) {
+      for (int64_t b = 0; b < row_bytes(kLong); ++b) {
+        uint8_t v = b < row_bytes(short_in) ? static_cast<uint8_t>(byte(rng)) : 0;
+        if (f == WeightFormat::kFp8Block && (v & 0x7F) == 0x7F) v = 0x7E;  // no NaN codes
+        if (f == WeightFormat::kBf16 && b % 2 == 1) v = static_cast<uint8_t>(v & 0xBF);  // finite
+        long_w[o * row_bytes(kLong) + b] = v;
+        if (b < row_bytes(short_in)) short_w.push_back(v);
+      }
+    }
+    std::vector<uint8_t> long_s(scale_rows * scale_cols(kLong)), short_s;
+    for (int64_t r = 0; r < scale_rows; ++r) {
+      for (int64_t c = 0; c < scale_cols(kLong); ++c) {
+        const bool padding = c >= scale_cols(short_in);
+        const uint8_t v = padding ? 127 : static_cast<uint8_t>(common_scale(rng));
+        long_s[r * scale_cols(kLong) + c] = v;
+        if (!padding) short_s.push_back(v);
+      }
+    }
+    // The rare-scale twin of the long weight: one block of zero codes (FP8: group 1's tile column
+    // 1, rows 32..39; MXFP4: row 5's block 2) under 127, and under a rare byte.
+    std::vector<uint8_t> zero_w = long_w, zero_s = long_s, rare_s;
+    if (f == WeightFormat::kFp8Block) {
+      for (int64_t o = 32; o < kOut; ++o) std::fill_n(&zero_w[o * kLong + 32], 32, uint8_t{0});
+      zero_s[1 * scale_cols(kLong) + 1] = 127;
+      rare_s = zero_s;
+      rare_s[1 * scale_cols(kLong) + 1] = 250;
+    } else if (f == WeightFormat::kMxfp4) {
+      std::fill_n(&zero_w[5 * row_bytes(kLong) + 2 * 16], 16, uint8_t{0});
+      zero_s[5 * scale_cols(kLong) + 2] = 127;
+      rare_s = zero_s;
+      rare_s[5 * scale_cols(kLong) + 2] = 0;
+    }
+    const StoredWeight short_weight = WeightFromBytes(f, kOut, short_in, short_w, short_s, 1);
+    const StoredWeight long_weight = WeightFromBytes(f, kOut, kLong, long_w, long_s, 2);
+    const StoredWeight zero_weight = WeightFromBytes(f, kOut, kLong, zero_w, zero_s, 3);
+    const StoredWeight rare_weight =
+        WeightFromBytes(f, kOut, kLong, zero_w, rare_s.empty() ? zero_s : rare_s, 1);
+    const LinearOptions options{.bf16_inputs = true};
+    for (const int64_t rows : {1, 3, 6, 50}) {
+      SCOPED_TRACE("rows " + std::to_string(rows));
+      std::vector<float> long_x = RandomActivations(rows * kLong, rng);
+      std::vector<float> short_x(rows * short_in);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < kLong; ++i) {
+          float& v = long_x[r * kLong + i];
+          v = i < short_in ? Bf16Round(v) : 0.0f;
+          if (i < short_in) short_x[r * short_in + i] = v;
+        }
+      }
+      ForEachKernel([&](Numerics numerics) {
+        const auto run = [&](const StoredWeight& s, const std::vector<float>& x) {
+          std::vector<float> y(rows * kOut);
+          RunLinear(s.View(), x, rows, y, options, numerics, 2);
+          return y;
+        };
+        const std::vector<float> from_short = run(short_weight, short_x);
+        const std::vector<float> from_long = run(long_weight, long_x);
+        const std::vector<float> from_zero = run(zero_weight, long_x);
+        const std::vector<float> from_rare = run(rare_weight, long_x);
+        for (int64_t i = 0; i < rows * kOut; ++i) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(from_short[i]), std::bit_cast<uint32_t>(from_long[i]))
+              << "padded rows, index " << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(from_zero[i]), std::bit_cast<uint32_t>(from_rare[i]))
+              << "rare scale, index " << i;
+        }
+      });
+    }
+  }
+}
+
 // RunLinearJobs over jobs of many sizes (one tile to hundreds, a tiny job beside large ones, so
 // units differ in cost and threads finish at different times and take each other's units): every
 // output written once, each equal to its product run alone on one thread, on 1 to 4 threads and
