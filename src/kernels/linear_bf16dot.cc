@@ -226,6 +226,73 @@ DSV41_BF16DOT_INLINE float FlushFinish(__m512 acc, const double* sums, bool firs
   return static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(lo, hi)));
 }
 
+// A pair's fp64 lane sums before its tree: Flush's sums, lanes i and i + 8 added.
+DSV41_BF16DOT_INLINE __m512d LanePairSums(__m512 acc, const double* sums, bool first) {
+  __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc));
+  __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(acc, 1));
+  if (!first) {
+    lo = _mm512_add_pd(_mm512_load_pd(sums), lo);
+    hi = _mm512_add_pd(_mm512_load_pd(sums + 8), hi);
+  }
+  return _mm512_add_pd(lo, hi);
+}
+
+// FlushFinish's tree for eight pairs at once: v[p] holds pair p's LanePairSums; result p is
+// ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) of v[p], rounded to fp32 — the same adds
+// as _mm512_reduce_add_pd, with the pairs side by side in the vectors instead of one at a time.
+DSV41_BF16DOT_INLINE __m256 FinishEight(const __m512d* v) {
+  // Lanes i and i + 4: pairs 2k and 2k + 1 in one vector, four lanes each.
+  __m512d quads[4];
+  DSV41_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    quads[k] = _mm512_add_pd(_mm512_shuffle_f64x2(v[2 * k], v[2 * k + 1], 0x44),
+                             _mm512_shuffle_f64x2(v[2 * k], v[2 * k + 1], 0xEE));
+  }
+  // Lanes j and j + 2: pairs 4k..4k + 3, two lanes each.
+  __m512d twos[2];
+  DSV41_UNROLL
+  for (int k = 0; k < 2; ++k) {
+    twos[k] = _mm512_add_pd(_mm512_shuffle_f64x2(quads[2 * k], quads[2 * k + 1], 0x88),
+                            _mm512_shuffle_f64x2(quads[2 * k], quads[2 * k + 1], 0xDD));
+  }
+  // The last two lanes of each pair.
+  const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m512i odd = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
+  return _mm512_cvtpd_ps(_mm512_add_pd(_mm512_permutex2var_pd(twos[0], even, twos[1]),
+                                       _mm512_permutex2var_pd(twos[0], odd, twos[1])));
+}
+
+// The last chunk of a tile's kO × kR pairs: their results into y (row r, output o at
+// y[r * y_stride + o]), eight pairs at a time through FinishEight (padded with zero pairs when
+// four or more are left), the rest one at a time. sums(o, r) gives a pair's fp64 lane sums.
+template <int kO, int kR, class SumsOf>
+DSV41_BF16DOT_INLINE void FinishTile(const __m512 (&acc)[kO][kR], const SumsOf& sums, bool first,
+                                     float* y, int64_t y_stride) {
+  constexpr int kPairs = kO * kR;
+  constexpr int kBatched = (kPairs + 4) / 8 * 8;  // pairs through FinishEight, padding included
+  DSV41_UNROLL
+  for (int b = 0; b < kBatched; b += 8) {
+    __m512d v[8];
+    DSV41_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const int p = b + i;
+      v[i] = p < kPairs ? LanePairSums(acc[p % kO][p / kO], sums(p % kO, p / kO), first)
+                        : _mm512_setzero_pd();
+    }
+    alignas(32) float results[8];
+    _mm256_store_ps(results, FinishEight(v));
+    DSV41_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const int p = b + i;
+      if (p < kPairs) y[(p / kO) * y_stride + p % kO] = results[i];
+    }
+  }
+  DSV41_UNROLL
+  for (int p = kBatched; p < kPairs; ++p) {
+    y[(p / kO) * y_stride + p % kO] = FlushFinish(acc[p % kO][p / kO], sums(p % kO, p / kO), first);
+  }
+}
+
 // Bf16DotPrepare on the vector unit: per superblock its fp32 values' high halves in natural
 // order (16 per vector), then the words permuted into the kernel's order, 64 sources at a time
 // (an index's bit 6 picks the pair of natural vectors). A row with a value that is not bf16 goes
@@ -568,15 +635,15 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
         }
       }
     }
-    DSV41_UNROLL
-    for (int o = 0; o < kO; ++o) {
+    if (sb_end == superblocks) {
+      FinishTile<kO, kR>(
+          acc, [&](int o, int r) { return sums[o][r]; }, sb0 == 0, a.y + r0 * a.y_stride + o0,
+          a.y_stride);
+    } else {
       DSV41_UNROLL
-      for (int r = 0; r < kR; ++r) {
-        if (sb_end == superblocks) {
-          a.y[(r0 + r) * a.y_stride + o0 + o] = FlushFinish(acc[o][r], sums[o][r], sb0 == 0);
-        } else {
-          Flush(acc[o][r], sums[o][r], sb0 == 0);
-        }
+      for (int o = 0; o < kO; ++o) {
+        DSV41_UNROLL
+        for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums[o][r], sb0 == 0);
       }
     }
   }
@@ -696,16 +763,16 @@ DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int6
       }
     }
   }
-  DSV41_UNROLL
-  for (int o = 0; o < kO; ++o) {
+  const auto pair_sums = [&](int o, int r) {
+    return sums + (o * kRowBlock + r0 + r - row_base) * 16;
+  };
+  if (last) {
+    FinishTile<kO, kR>(acc, pair_sums, first, a.y + r0 * a.y_stride + o0, a.y_stride);
+  } else {
     DSV41_UNROLL
-    for (int r = 0; r < kR; ++r) {
-      double* pair_sums = sums + (o * kRowBlock + r0 + r - row_base) * 16;
-      if (last) {
-        a.y[(r0 + r) * a.y_stride + o0 + o] = FlushFinish(acc[o][r], pair_sums, first);
-      } else {
-        Flush(acc[o][r], pair_sums, first);
-      }
+    for (int o = 0; o < kO; ++o) {
+      DSV41_UNROLL
+      for (int r = 0; r < kR; ++r) Flush(acc[o][r], pair_sums(o, r), first);
     }
   }
 }

@@ -819,7 +819,7 @@ TEST(LinearTest, Bf16DotLaneSumsFollowTheirTree) {
       ones_lost += expected == 0.0f;
       const int64_t in = partner == 8 && one == 1 ? 2048 : 32;  // also a sum over two chunks
       for (const int64_t out : {int64_t{8}, int64_t{13}}) {
-        for (const int64_t rows : {int64_t{1}, int64_t{5}}) {
+        for (const int64_t rows : {1, 2, 3, 4, 5}) {
           // Lane q of the last chunk's dots: elements base + 2q and base + 2q + 1.
           const int64_t base = in - 32;
           StoredWeight s;
