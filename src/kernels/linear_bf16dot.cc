@@ -363,8 +363,8 @@ struct Args {
   int64_t stride;
   float* y;
   int64_t y_stride;
-  // The end of this call's weight rows: a register tile whose rows end less than kPrefetchBytes
-  // before it does not prefetch (its targets would lie past the rows, bytes nobody here reads).
+  // The end of the weight matrix: a register tile whose rows end less than kPrefetchBytes before
+  // it does not prefetch (its targets would lie past the matrix, bytes nobody reads).
   uintptr_t rows_end = 0;
 };
 
@@ -840,11 +840,12 @@ template <class Dec>
 DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& args, int64_t o_begin,
                                      int64_t o_end) {
   constexpr int kO = 4;
-  // The tiles prefetch kPrefetchBytes ahead. With few rows (a decode step's GEMVs, bound by the
-  // bus) the register tiles do not prefetch past the range's end, and its first bytes are
-  // requested here at once: a small expert's matrix is a few hundred KB, and a cold start and the
-  // bytes fetched past its end cost it a tenth to a fifth of its time.
-  const uint8_t* end = dec.Row(o_end);
+  // The tiles prefetch kPrefetchBytes ahead, on into the next outputs (a thread runs a job's
+  // units front to back). With few rows (a decode step's GEMVs, bound by the bus) the register
+  // tiles do not prefetch past the matrix's end, and the range's first bytes are requested here at
+  // once: a small expert's matrix is a few hundred KB, and a cold start and the bytes fetched past
+  // its end cost it a tenth to a fifth of its time.
+  const uint8_t* end = dec.Row(args.w->out);
   if (args.rows <= kMaxR) {
     const uint8_t* first = dec.Row(o_begin);
     for (const uint8_t* p = first; p < std::min(end, first + kPrefetchBytes); p += 64) {
