@@ -214,18 +214,6 @@ DSV41_BF16DOT_INLINE void Flush(__m512 acc, double* sums, bool first) {
   _mm512_store_pd(sums + 8, _mm512_add_pd(_mm512_load_pd(sums + 8), hi));
 }
 
-// The last chunk of a pair: Flush, then its result — the fp64 lane sums added (lanes i and i + 8,
-// then a fixed tree) and rounded — without storing the sums.
-DSV41_BF16DOT_INLINE float FlushFinish(__m512 acc, const double* sums, bool first) {
-  __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc));
-  __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(acc, 1));
-  if (!first) {
-    lo = _mm512_add_pd(_mm512_load_pd(sums), lo);
-    hi = _mm512_add_pd(_mm512_load_pd(sums + 8), hi);
-  }
-  return static_cast<float>(_mm512_reduce_add_pd(_mm512_add_pd(lo, hi)));
-}
-
 // A pair's fp64 lane sums before its tree: Flush's sums, lanes i and i + 8 added.
 DSV41_BF16DOT_INLINE __m512d LanePairSums(__m512 acc, const double* sums, bool first) {
   __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc));
@@ -235,6 +223,12 @@ DSV41_BF16DOT_INLINE __m512d LanePairSums(__m512 acc, const double* sums, bool f
     hi = _mm512_add_pd(_mm512_load_pd(sums + 8), hi);
   }
   return _mm512_add_pd(lo, hi);
+}
+
+// The last chunk of a pair: Flush, then its result — the fp64 lane sums added (lanes i and i + 8,
+// then a fixed tree) and rounded — without storing the sums.
+DSV41_BF16DOT_INLINE float FlushFinish(__m512 acc, const double* sums, bool first) {
+  return static_cast<float>(_mm512_reduce_add_pd(LanePairSums(acc, sums, first)));
 }
 
 // FlushFinish's tree for eight pairs at once: v[p] holds pair p's LanePairSums; result p is

@@ -265,16 +265,29 @@ struct StoredWeight {
   }
 };
 
-// Scale bytes are drawn from [scale_lo, scale_hi]; FP8 codes have magnitude bits at most
-// fp8_max_mag (never the NaN code 0x7F).
-StoredWeight MakeWeight(WeightFormat format, int64_t out, int64_t in, size_t misalign,
-                        std::mt19937& rng, int scale_lo = 118, int scale_hi = 130,
-                        int fp8_max_mag = 0x7E) {
+// A weight from explicit bytes, `misalign` bytes into its buffers.
+StoredWeight WeightFromBytes(WeightFormat format, int64_t out, int64_t in,
+                             const std::vector<uint8_t>& weight, const std::vector<uint8_t>& scale,
+                             size_t misalign) {
   StoredWeight s;
   s.format = format;
   s.out = out;
   s.in = in;
   s.misalign = misalign;
+  s.weight_bytes = weight.size();
+  s.scale_bytes = scale.size();
+  s.weight_buf.assign(misalign, 0xEE);
+  s.weight_buf.insert(s.weight_buf.end(), weight.begin(), weight.end());
+  s.scale_buf.assign(misalign, 0xEE);
+  s.scale_buf.insert(s.scale_buf.end(), scale.begin(), scale.end());
+  return s;
+}
+
+// Scale bytes are drawn from [scale_lo, scale_hi]; FP8 codes have magnitude bits at most
+// fp8_max_mag (never the NaN code 0x7F).
+StoredWeight MakeWeight(WeightFormat format, int64_t out, int64_t in, size_t misalign,
+                        std::mt19937& rng, int scale_lo = 118, int scale_hi = 130,
+                        int fp8_max_mag = 0x7E) {
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_int_distribution<int> scale_byte(scale_lo, scale_hi);
   std::uniform_real_distribution<float> value(-2.0f, 2.0f);
@@ -315,13 +328,7 @@ StoredWeight MakeWeight(WeightFormat format, int64_t out, int64_t in, size_t mis
       }
       break;
   }
-  s.weight_bytes = weight.size();
-  s.scale_bytes = scale.size();
-  s.weight_buf.assign(misalign, 0xEE);
-  s.weight_buf.insert(s.weight_buf.end(), weight.begin(), weight.end());
-  s.scale_buf.assign(misalign, 0xEE);
-  s.scale_buf.insert(s.scale_buf.end(), scale.begin(), scale.end());
-  return s;
+  return WeightFromBytes(format, out, in, weight, scale, misalign);
 }
 
 // Uniform in ±3 times `scale` (a power of two: exact).
@@ -588,24 +595,6 @@ TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
       });
     }
   }
-}
-
-// A weight from explicit bytes, `misalign` bytes into its buffers.
-StoredWeight WeightFromBytes(WeightFormat format, int64_t out, int64_t in,
-                             const std::vector<uint8_t>& weight, const std::vector<uint8_t>& scale,
-                             size_t misalign) {
-  StoredWeight s;
-  s.format = format;
-  s.out = out;
-  s.in = in;
-  s.misalign = misalign;
-  s.weight_bytes = weight.size();
-  s.scale_bytes = scale.size();
-  s.weight_buf.assign(misalign, 0xEE);
-  s.weight_buf.insert(s.weight_buf.end(), weight.begin(), weight.end());
-  s.scale_buf.assign(misalign, 0xEE);
-  s.scale_buf.insert(s.scale_buf.end(), scale.begin(), scale.end());
-  return s;
 }
 
 // The bf16 dot kernel runs a tile of weight rows on its plain path when the rows end on whole
