@@ -31,6 +31,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "base/check.h"
 #include "kernels/linear_internal.h"
@@ -184,17 +185,44 @@ DSV41_BF16DOT_INLINE __m512i LoadRowBytes(const uint8_t* row, int64_t offset, in
   return _mm512_maskz_loadu_epi8(mask, row + offset);
 }
 
-// Whether the n bytes from p all lie in [lo, hi].
-DSV41_BF16DOT_INLINE bool BytesWithin(const uint8_t* p, int64_t n, uint8_t lo, uint8_t hi) {
-  const __m512i low = _mm512_set1_epi8(static_cast<char>(lo));
-  const __m512i high = _mm512_set1_epi8(static_cast<char>(hi));
-  __mmask64 outside = 0;
+// shift (s << 7 per bf16 word) added to the exponents of the non-zero values of v.
+DSV41_BF16DOT_INLINE __m512i AddExponents(__m512i v, __m512i shift) {
+  return _mm512_mask_add_epi16(v, _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7FFF)), v, shift);
+}
+
+// The least and the greatest of 64 bytes: bytes to words, words to dwords, then the reduction.
+DSV41_BF16DOT_INLINE int MinByte(__m512i v) {
+  const __m512i words =
+      _mm512_min_epu16(_mm512_and_si512(v, _mm512_set1_epi16(0xFF)), _mm512_srli_epi16(v, 8));
+  return static_cast<int>(_mm512_reduce_min_epu32(_mm512_min_epu32(
+      _mm512_and_si512(words, _mm512_set1_epi32(0xFFFF)), _mm512_srli_epi32(words, 16))));
+}
+DSV41_BF16DOT_INLINE int MaxByte(__m512i v) {
+  const __m512i words =
+      _mm512_max_epu16(_mm512_and_si512(v, _mm512_set1_epi16(0xFF)), _mm512_srli_epi16(v, 8));
+  return static_cast<int>(_mm512_reduce_max_epu32(_mm512_max_epu32(
+      _mm512_and_si512(words, _mm512_set1_epi32(0xFFFF)), _mm512_srli_epi32(words, 16))));
+}
+
+// The least and the greatest of the n bytes from p (255 and 0 when n = 0).
+struct ByteSpan {
+  int low = 255, high = 0;
+};
+DSV41_BF16DOT_INLINE ByteSpan ByteRange(const uint8_t* p, int64_t n) {
+  ByteSpan span;
   for (int64_t i = 0; i < n; i += 64) {
     const __mmask64 m = n - i >= 64 ? ~__mmask64{0} : ~__mmask64{0} >> (64 - (n - i));
     const __m512i v = _mm512_maskz_loadu_epi8(m, p + i);
-    outside |= _mm512_mask_cmplt_epu8_mask(m, v, low) | _mm512_mask_cmpgt_epu8_mask(m, v, high);
+    span.low = std::min(span.low, MinByte(_mm512_mask_blend_epi8(m, _mm512_set1_epi8(-1), v)));
+    span.high = std::max(span.high, MaxByte(v));
   }
-  return outside == 0;
+  return span;
+}
+
+// Whether the n bytes from p all lie in [lo, hi].
+DSV41_BF16DOT_INLINE bool BytesWithin(const uint8_t* p, int64_t n, int lo, int hi) {
+  const ByteSpan span = ByteRange(p, n);
+  return n == 0 || (span.low >= lo && span.high <= hi);
 }
 
 // K elements per fp32 run of a pair's accumulator (a multiple of every superblock).
@@ -360,6 +388,8 @@ struct Args {
   // The end of the weight matrix: a register tile whose rows end less than kPrefetchBytes before
   // it does not prefetch (its targets would lie past the matrix, bytes nobody reads).
   uintptr_t rows_end = 0;
+  // FP8 with one input row: the least and greatest bf16 exponent field of its non-zero values.
+  int x_exp_min = 0, x_exp_max = 0;
 };
 
 // One superblock of one weight row, decoded: kZ vectors of 32 bf16.
@@ -436,6 +466,13 @@ struct Fp8Dec {
     return row_bytes % 64 == 0 && o0 / kBlock == (o0 + n - 1) / kBlock &&
            BytesWithin(scale + (o0 / kBlock) * tiles_in, tiles_in, kLow, kHigh);
   }
+  // Whether a plain tile from o0 may add the scale exponents to its input row's values instead of
+  // to the weights (x · 2^s for every non-zero x stays a normal bf16, so the products and their
+  // sums are the same bits): the group's scale bytes against the row's exponent range.
+  DSV41_BF16DOT_INLINE bool ShiftOnX(int64_t o0, int x_exp_min, int x_exp_max) const {
+    const ByteSpan s = ByteRange(scale + (o0 / kBlock) * tiles_in, tiles_in);
+    return x_exp_min + s.low - 127 >= 1 && x_exp_max + s.high - 127 <= 254;
+  }
   // Tile columns 2sb (128-bit lanes 0-1 of a decoded vector) and 2sb + 1 (lanes 2-3) of row o's
   // 32-row group; a column past the end counts as 2^0 (its weights are zero).
   template <bool kPlain>
@@ -464,7 +501,8 @@ struct Fp8Dec {
     out.s = _mm512_insertf32x8(_mm512_castps256_ps512(f0), f1, 1);
     return out;
   }
-  template <bool kPlain>
+  // kShift false: the exponent-add form's shift goes to the inputs instead (ShiftOnX).
+  template <bool kPlain, bool kShift = true>
   DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, const SbScale& scale,
                                    Decoded<kZ>& out) const {
     const __m512i c =
@@ -475,11 +513,9 @@ struct Fp8Dec {
     const __m512i lo = _mm512_permutex2var_epi8(lo0, idx, lo1);
     __m512i w0 = _mm512_unpacklo_epi8(lo, hi);
     __m512i w1 = _mm512_unpackhi_epi8(lo, hi);
-    if (kPlain || Likely(!scale.scaled)) {
-      // Adds s << 7 to the exponents of the non-zero values.
-      const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
-      w0 = _mm512_mask_add_epi16(w0, _mm512_test_epi16_mask(w0, magnitude), w0, scale.shift);
-      w1 = _mm512_mask_add_epi16(w1, _mm512_test_epi16_mask(w1, magnitude), w1, scale.shift);
+    if (kShift && (kPlain || Likely(!scale.scaled))) {
+      w0 = AddExponents(w0, scale.shift);
+      w1 = AddExponents(w1, scale.shift);
     }
     out.w[0] = w0;
     out.w[1] = w1;
@@ -601,15 +637,49 @@ DSV41_BF16DOT_INLINE __m512 Step(__m512 acc, const __m512i* w, const uint16_t* x
   return _mm512_fmadd_ps(partial, scale.s, acc);
 }
 
+// The least and the greatest exponent field of the non-zero bf16 values x[0, n), n a multiple of
+// 32 (256 and 0 when all are zero).
+struct ExponentSpan {
+  int low = 256, high = 0;
+};
+DSV41_BF16DOT_INLINE ExponentSpan ExponentRange(const uint16_t* x, int64_t n) {
+  __m512i low = _mm512_set1_epi16(256), high = _mm512_setzero_si512();
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m512i v = _mm512_loadu_si512(x + i);
+    const __mmask32 nonzero = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7FFF));
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi16(v, 7), _mm512_set1_epi16(0xFF));
+    low = _mm512_mask_min_epu16(low, nonzero, low, e);
+    high = _mm512_mask_max_epu16(high, nonzero, high, e);
+  }
+  const __m512i mask = _mm512_set1_epi32(0xFFFF);
+  return {static_cast<int>(_mm512_reduce_min_epu32(
+              _mm512_min_epu32(_mm512_and_si512(low, mask), _mm512_srli_epi32(low, 16)))),
+          static_cast<int>(_mm512_reduce_max_epu32(
+              _mm512_max_epu32(_mm512_and_si512(high, mask), _mm512_srli_epi32(high, 16))))};
+}
+
+// Step for one unscaled superblock with the inputs in registers.
+template <int kZ>
+DSV41_BF16DOT_INLINE __m512 StepVectors(__m512 acc, const __m512i* w, const __m512i* x) {
+  DSV41_UNROLL
+  for (int z = 0; z < kZ; ++z) acc = Dot(acc, w[z], x[z]);
+  return acc;
+}
+
 // ---- register tile: output rows o0..o0+kO × input rows r0..r0+kR, all of K ---------------------
-template <int kO, int kR, bool kPlain, class Dec>
+// kShiftX (FP8, plain, one row, ShiftOnX): the scale exponents are added to the row's values once
+// per superblock instead of to every output's weights.
+template <int kO, int kR, bool kPlain, class Dec, bool kShiftX = false>
 DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_t r0) {
+  static_assert(!kShiftX || (kPlain && kR == 1));
   constexpr int kZ = Dec::kZ;
   constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
   const int64_t superblocks = a.stride / Dec::kSB;
   alignas(64) double sums[kO][kR][16];  // written by the first chunk's flush
-  const bool prefetch =
-      reinterpret_cast<uintptr_t>(dec.Row(o0 + kO)) + kPrefetchBytes <= a.rows_end;
+  // Near the matrix's end the prefetch targets the line being read (no branch in the loop).
+  const int64_t ahead = reinterpret_cast<uintptr_t>(dec.Row(o0 + kO)) + kPrefetchBytes <= a.rows_end
+                            ? kPrefetchBytes
+                            : 0;
   for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
     const int64_t sb_end = std::min(superblocks, sb0 + kChunkSB);
     __m512 acc[kO][kR];
@@ -622,15 +692,27 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
       const uint16_t* xb = a.x + r0 * a.stride + sb * Dec::kSB;
       SbScale shared;
       if constexpr (!Dec::kScalePerRow) shared = dec.template Scale<kPlain>(o0, sb);
+      __m512i shifted[kZ];
+      if constexpr (kShiftX) {
+        DSV41_UNROLL
+        for (int z = 0; z < kZ; ++z) {
+          shifted[z] = AddExponents(_mm512_loadu_si512(xb + 32 * z), shared.shift);
+        }
+      }
       DSV41_UNROLL
       for (int o = 0; o < kO; ++o) {
-        if (prefetch) PrefetchWeights(dec.Row(o0 + o) + sb * 64 + kPrefetchBytes);
+        PrefetchWeights(dec.Row(o0 + o) + sb * 64 + ahead);
         const SbScale scale = Dec::kScalePerRow ? dec.template Scale<kPlain>(o0 + o, sb) : shared;
         Decoded<kZ> d;
-        dec.template Decode<kPlain>(o0 + o, sb, scale, d);
-        DSV41_UNROLL
-        for (int r = 0; r < kR; ++r) {
-          acc[o][r] = Step<Dec, kPlain>(acc[o][r], d.w, xb + r * a.stride, scale);
+        if constexpr (kShiftX) {
+          dec.template Decode<kPlain, false>(o0 + o, sb, scale, d);
+          acc[o][0] = StepVectors<kZ>(acc[o][0], d.w, shifted);
+        } else {
+          dec.template Decode<kPlain>(o0 + o, sb, scale, d);
+          DSV41_UNROLL
+          for (int r = 0; r < kR; ++r) {
+            acc[o][r] = Step<Dec, kPlain>(acc[o][r], d.w, xb + r * a.stride, scale);
+          }
         }
       }
     }
@@ -678,10 +760,16 @@ DSV41_BF16DOT_TARGET void RowTiles(const Dec& dec, const Args& a, int64_t o0) {
   }
 }
 
-// One-row tile, plain or not.
+// One-row tile, plain or not; FP8's plain tiles with the scales on the row where they may.
 template <int kO, class Dec>
 DSV41_BF16DOT_TARGET void OneRowTile(const Dec& dec, const Args& a, int64_t o0) {
   if (dec.Plain(o0, kO)) {
+    if constexpr (std::is_same_v<Dec, Fp8Dec>) {
+      if (dec.ShiftOnX(o0, a.x_exp_min, a.x_exp_max)) {
+        Tile<kO, 1, true, Dec, true>(dec, a, o0, 0);
+        return;
+      }
+    }
     Tile<kO, 1, true>(dec, a, o0, 0);
   } else {
     Tile<kO, 1, false>(dec, a, o0, 0);
@@ -848,6 +936,13 @@ DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& args, int64_t o
   }
   Args a = args;
   a.rows_end = reinterpret_cast<uintptr_t>(end);
+  if constexpr (std::is_same_v<Dec, Fp8Dec>) {
+    if (a.rows == 1) {
+      const ExponentSpan span = ExponentRange(a.x, a.stride);
+      a.x_exp_min = span.low;
+      a.x_exp_max = span.high;
+    }
+  }
   if (a.stride == 0) {  // no inputs: every sum is empty (the tiles' flushes would write none)
     for (int64_t r = 0; r < a.rows; ++r)
       std::fill(a.y + r * a.y_stride + o_begin, a.y + r * a.y_stride + o_end, 0.0f);

@@ -692,6 +692,28 @@ TEST(LinearTest, PlainTilesEqualCheckedTilesBitForBit) {
   }
 }
 
+// A one-row FP8 tile may add the scale exponents to the input row instead of to the weights
+// (the same products while every x · 2^s stays a normal bf16). Weights 256 (code 0x78) under
+// scale byte 117 (2^-10): with x = 2^-100 the row takes the shift (2^-110); with x = 2^-120 it
+// must not (2^-130 is below the normal range, and the dot product would flush it to zero), though
+// every product, 2^-122, is in the kernel's domain. 9 outputs: a tile of eight and a single one.
+TEST(LinearTest, Fp8ScalesMoveToTheInputOnlyWhileExact) {
+  constexpr int64_t kOut = 9, kIn = 128;
+  const std::vector<uint8_t> weight(kOut * kIn, 0x78);
+  const std::vector<uint8_t> scale(NumTiles(kOut) * NumTiles(kIn), 117);
+  const StoredWeight s = WeightFromBytes(WeightFormat::kFp8Block, kOut, kIn, weight, scale, 0);
+  for (const int exponent : {-100, -120}) {
+    SCOPED_TRACE("x = 2^" + std::to_string(exponent));
+    const std::vector<float> x(kIn, std::ldexp(1.0f, exponent));
+    const float expected = std::ldexp(1.0f, exponent + 8 - 10 + 7);  // 128 products of 2^(e-2)
+    ForEachKernel([&](Numerics numerics) {
+      std::vector<float> y(kOut, -1.0f);
+      RunLinear(s.View(), x, 1, y, LinearOptions{.bf16_inputs = true}, numerics);
+      for (int64_t o = 0; o < kOut; ++o) ASSERT_EQ(y[o], expected) << "output " << o;
+    });
+  }
+}
+
 // RunLinearJobs over jobs of many sizes (one tile to hundreds, a tiny job beside large ones, so
 // units differ in cost and threads finish at different times and take each other's units): every
 // output written once, each equal to its product run alone on one thread, on 1 to 4 threads and
