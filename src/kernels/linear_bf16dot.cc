@@ -177,10 +177,19 @@ DSV41_BF16DOT_INLINE __m512 Dot(__m512 acc, __m512i w, __m512i x) {
   return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x);
 }
 
+// 64 weight bytes in one load. Left to itself the compiler folds the load into each decode
+// instruction that reads the bytes (two for FP8 and MXFP4), so every weight line is loaded twice;
+// from DRAM that second load made the few-row products 10-20 % slower.
+DSV41_BF16DOT_INLINE __m512i LoadWeightBytes(const uint8_t* p) {
+  __m512i v = _mm512_loadu_si512(p);
+  asm("" : "+v"(v));  // the value in a register: later uses cannot re-read memory
+  return v;
+}
+
 // Loads bytes [offset, offset + 64) of a row of `row_bytes` bytes, zeros past its end.
 DSV41_BF16DOT_INLINE __m512i LoadRowBytes(const uint8_t* row, int64_t offset, int64_t row_bytes) {
   const int64_t left = row_bytes - offset;
-  if (left >= 64) return _mm512_loadu_si512(row + offset);
+  if (left >= 64) return LoadWeightBytes(row + offset);
   const __mmask64 mask = left <= 0 ? 0 : (~uint64_t{0} >> (64 - left));
   return _mm512_maskz_loadu_epi8(mask, row + offset);
 }
@@ -432,7 +441,7 @@ struct Bf16Dec {
   template <bool kPlain>
   DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, const SbScale&, Decoded<kZ>& out) const {
     out.w[0] =
-        kPlain ? _mm512_loadu_si512(Row(o) + sb * 64) : LoadRowBytes(Row(o), sb * 64, row_bytes);
+        kPlain ? LoadWeightBytes(Row(o) + sb * 64) : LoadRowBytes(Row(o), sb * 64, row_bytes);
   }
 };
 
@@ -506,7 +515,7 @@ struct Fp8Dec {
   DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, const SbScale& scale,
                                    Decoded<kZ>& out) const {
     const __m512i c =
-        kPlain ? _mm512_loadu_si512(Row(o) + sb * 64) : LoadRowBytes(Row(o), sb * 64, row_bytes);
+        kPlain ? LoadWeightBytes(Row(o) + sb * 64) : LoadRowBytes(Row(o), sb * 64, row_bytes);
     const __m512i idx = _mm512_and_si512(c, _mm512_set1_epi8(0x7F));
     const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, idx, hi1), c,
                                                  _mm512_set1_epi8(-128), 0xF8);  // a | (b & c)
@@ -605,7 +614,7 @@ struct Mxfp4Dec {
   template <bool kPlain>
   DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, const SbScale&, Decoded<kZ>& out) const {
     const __m512i v =
-        kPlain ? _mm512_loadu_si512(Row(o) + sb * 64) : LoadRowBytes(Row(o), sb * 64, row_bytes);
+        kPlain ? LoadWeightBytes(Row(o) + sb * 64) : LoadRowBytes(Row(o), sb * 64, row_bytes);
     const __m512i mask = _mm512_set1_epi8(0x0F);
     const __m512i nlo = _mm512_and_si512(v, mask);
     const __m512i nhi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
