@@ -329,8 +329,14 @@ LinearInput PrepareLinearInput(const LinearWeight& w, std::span<const float> x, 
   return input;
 }
 
+NextWeights WeightRows(const LinearWeight& w, int64_t o_begin, int64_t o_end) {
+  const size_t row_bytes = w.out == 0 ? 0 : w.weight.size() / static_cast<size_t>(w.out);
+  return {w.weight.data() + static_cast<size_t>(o_begin) * row_bytes,
+          w.weight.data() + static_cast<size_t>(o_end) * row_bytes};
+}
+
 void LinearOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
-                   float* y, int64_t y_stride) {
+                   float* y, int64_t y_stride, NextWeights next) {
   DSV41_DCHECK(o_begin >= 0 && o_begin <= o_end && o_end <= w.out, "outputs [%lld, %lld) of %lld",
                static_cast<long long>(o_begin), static_cast<long long>(o_end),
                static_cast<long long>(w.out));
@@ -346,7 +352,7 @@ void LinearOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin,
       linear_internal::FmaOutputs(w, x, o_begin, o_end, y, y_stride);
       break;
     case GemmKernel::kBf16Dot:
-      linear_internal::Bf16DotOutputs(w, x, o_begin, o_end, y, y_stride);
+      linear_internal::Bf16DotOutputs(w, x, o_begin, o_end, y, y_stride, next);
       break;
     case GemmKernel::kAmxBf16:
       linear_internal::AmxOutputs(w, x, o_begin, o_end, y, y_stride);
@@ -452,21 +458,41 @@ void RunLinearJobs(std::span<const LinearJob> jobs, ExecContext& ctx) {
       before += static_cast<double>(unit_tiles) * cost;
     }
   }
-  const auto run_unit = [&](int64_t u) {
-    const size_t j = static_cast<size_t>(std::upper_bound(first_unit.begin(), first_unit.end(), u) -
-                                         first_unit.begin() - 1);
-    const LinearJob& job = jobs[j];
+  const auto job_of = [&](int64_t u) {
+    return static_cast<size_t>(std::upper_bound(first_unit.begin(), first_unit.end(), u) -
+                               first_unit.begin() - 1);
+  };
+  const auto outputs_of = [&](int64_t u, int64_t* o_begin, int64_t* o_end) {
+    const size_t j = job_of(u);
     const int64_t first_tile = (u - first_unit[j]) * tiles_per_unit[j];
-    LinearOutputs(*job.w, job.x, first_tile * kLinearOutputTile,
-                  std::min((first_tile + tiles_per_unit[j]) * kLinearOutputTile, job.w->out), job.y,
-                  job.y_stride);
+    *o_begin = first_tile * kLinearOutputTile;
+    *o_end = std::min((first_tile + tiles_per_unit[j]) * kLinearOutputTile, jobs[j].w->out);
+  };
+  // `next`: the unit this thread most likely runs after u (its weights are prefetched on from
+  // u's), or -1.
+  const auto run_unit = [&](int64_t u, int64_t next) {
+    const LinearJob& job = jobs[job_of(u)];
+    int64_t o_begin, o_end;
+    outputs_of(u, &o_begin, &o_end);
+    NextWeights next_weights;
+    if (next >= 0) {
+      int64_t n_begin, n_end;
+      outputs_of(next, &n_begin, &n_end);
+      next_weights = WeightRows(*jobs[job_of(next)].w, n_begin, n_end);
+    }
+    LinearOutputs(*job.w, job.x, o_begin, o_end, job.y, job.y_stride, next_weights);
   };
   const auto run = [&](int64_t begin, int64_t end, int /*thread_idx*/) {
     for (int64_t t = begin; t < end; ++t) {
-      for (int64_t u; (u = owned[t].Take(/*from_front=*/true)) >= 0;) run_unit(u);
+      // Own units front to back, then the others' from their backs.
+      for (int64_t u; (u = owned[t].Take(/*from_front=*/true)) >= 0;) {
+        run_unit(u, owned[t].Empty() ? -1 : u + 1);
+      }
       for (int step = 1; step < threads; ++step) {
         UnitRange& other = owned[(t + step) % threads];
-        for (int64_t u; (u = other.Take(/*from_front=*/false)) >= 0;) run_unit(u);
+        for (int64_t u; (u = other.Take(/*from_front=*/false)) >= 0;) {
+          run_unit(u, other.Empty() ? -1 : u - 1);
+        }
       }
     }
   };

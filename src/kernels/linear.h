@@ -117,9 +117,17 @@ LinearInput PrepareLinearInput(const LinearWeight& w, std::span<const float> x, 
 // y[r · y_stride + o] = Σ_i W[o, i] · x'[r, i] for o in [o_begin, o_end) and every prepared row:
 // pure, no allocation, safe from any thread (disjoint ranges write disjoint outputs). Ranges that
 // start at a multiple of kLinearOutputTile keep the blocked register tiles whole.
+// next: the weight bytes the calling thread reads after these outputs (the few-row kernels'
+// prefetch runs on into them near this range's end instead of stopping at it); empty: unknown.
+struct NextWeights {
+  const std::byte* begin = nullptr;
+  const std::byte* end = nullptr;
+};
 void LinearOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
-                   float* y, int64_t y_stride);
+                   float* y, int64_t y_stride, NextWeights next = {});
 inline constexpr int64_t kLinearOutputTile = 32;
+// The bytes of outputs [o_begin, o_end)'s weight rows (every format stores whole rows).
+NextWeights WeightRows(const LinearWeight& w, int64_t o_begin, int64_t o_end);
 
 // One product of a batch of products: the outputs of `w` for the prepared rows `x`, written to
 // y[r · y_stride + o].

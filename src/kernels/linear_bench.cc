@@ -169,6 +169,50 @@ void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_
       Counter(flops / limits.fma_flops_per_second, Counter::kIsIterationInvariantRate);
 }
 
+// One batch of `num_jobs` products with distinct matrices of one shape and `rows` rows each, in
+// one RunLinearJobs call: a decode step's routed experts (at 8 streams, ~42 distinct experts per
+// `small` layer, most with one row). Counters as BM_Linear's, over all the jobs' bytes.
+void BM_Jobs(benchmark::State& state, WeightFormat format, int64_t out, int64_t in,
+             int64_t num_jobs) {
+  const int64_t rows = state.range(0);
+  const MachineLimits& limits = Limits();
+  const Matrices& m = GetMatrices(format, out, in, /*dram=*/true);
+  const int64_t bytes = m.weight_bytes + m.scale_bytes;
+  const int64_t copies = static_cast<int64_t>(m.weights.size());
+  std::vector<float> x(rows * in);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (auto& v : x) v = Bf16Round(value(rng));
+  std::vector<float> y(num_jobs * rows * out);
+  const LinearOptions options{
+      .quantize_activations = format == WeightFormat::kFp8Block || format == WeightFormat::kMxfp4,
+      .bf16_inputs = true};
+  ExecContext ctx{Pool(), Arena(), Numerics::kFast};
+  std::vector<LinearWeight> weights(num_jobs);
+  std::vector<LinearJob> jobs(num_jobs);
+  int64_t c = 0;
+  for (auto _ : state) {
+    ArenaScope scope(ctx.arena);
+    for (int64_t j = 0; j < num_jobs; ++j) {
+      weights[j] =
+          LinearWeight{format, out, in, std::as_bytes(std::span<const uint8_t>(m.weights[c])),
+                       std::as_bytes(std::span<const uint8_t>(m.scales[c]))};
+      jobs[j] =
+          PrepareLinearJob(weights[j], x, rows,
+                           std::span<float>(y).subspan(j * rows * out, rows * out), options, ctx);
+      c = (c + 1) % copies;
+    }
+    RunLinearJobs(jobs, ctx);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  using benchmark::Counter;
+  const double all_bytes = static_cast<double>(bytes * num_jobs);
+  state.counters["GB/s"] = Counter(all_bytes / 1e9, Counter::kIsIterationInvariantRate);
+  state.counters["bw_frac"] =
+      Counter(all_bytes / limits.read_bytes_per_second, Counter::kIsIterationInvariantRate);
+}
+
 void Rows(benchmark::internal::Benchmark* b) {
   for (const int64_t rows : {1, 2, 3, 4, 8, 16, 64, 256}) b->Arg(rows);
   b->ArgName("rows")->UseRealTime()->Unit(benchmark::kMicrosecond);
@@ -184,6 +228,12 @@ BENCHMARK_CAPTURE(BM_Linear, small_wq_b_fp8, WeightFormat::kFp8Block, 2048, 256,
 BENCHMARK_CAPTURE(BM_Linear, small_wq_b_fp8_hot, WeightFormat::kFp8Block, 2048, 256, false)
     ->Apply(Rows);
 BENCHMARK_CAPTURE(BM_Linear, small_head_bf16, WeightFormat::kBf16, 16384, 1024, true)->Apply(Rows);
+BENCHMARK_CAPTURE(BM_Jobs, small_42_experts_w1_mxfp4, WeightFormat::kMxfp4, 512, 1024, 42)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("rows")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 // The real model (hidden 5120): a routed expert, the FP8 query up-projection, the head, the
 // router gate.
 BENCHMARK_CAPTURE(BM_Linear, expert_w1_mxfp4, WeightFormat::kMxfp4, 2304, 5120, true)->Apply(Rows);

@@ -394,9 +394,11 @@ struct Args {
   int64_t stride;
   float* y;
   int64_t y_stride;
-  // The end of the weight matrix: a register tile whose rows end less than kPrefetchBytes before
-  // it does not prefetch (its targets would lie past the matrix, bytes nobody reads).
-  uintptr_t rows_end = 0;
+  // Where the register tiles' prefetch stream ends: a tile whose targets lie past it prefetches
+  // the same distance into next_begin.. instead, where that stays inside next (the thread's next
+  // weights), else nothing (bytes nobody reads). Without a next: the matrix's end.
+  uintptr_t stream_end = 0;
+  uintptr_t next_begin = 0, next_end = 0;
   // FP8 with one input row: the least and greatest bf16 exponent field of its non-zero values.
   int x_exp_min = 0, x_exp_max = 0;
 };
@@ -685,10 +687,19 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
   constexpr int64_t kChunkSB = kChunkElements / Dec::kSB;
   const int64_t superblocks = a.stride / Dec::kSB;
   alignas(64) double sums[kO][kR][16];  // written by the first chunk's flush
-  // Near the matrix's end the prefetch targets the line being read (no branch in the loop).
-  const int64_t ahead = reinterpret_cast<uintptr_t>(dec.Row(o0 + kO)) + kPrefetchBytes <= a.rows_end
-                            ? kPrefetchBytes
-                            : 0;
+  // The tile's prefetch targets, [first, last) + sb · 64 for each row, kPrefetchBytes ahead; near
+  // the stream's end they move into the next weights or onto the line being read (no branch in
+  // the loop).
+  const uintptr_t first = reinterpret_cast<uintptr_t>(dec.Row(o0)) + kPrefetchBytes;
+  const uintptr_t last = reinterpret_cast<uintptr_t>(dec.Row(o0 + kO)) + kPrefetchBytes;
+  const uintptr_t shift = a.next_begin - a.stream_end;  // modulo 2^64; 0: the next rows follow on
+  uintptr_t ahead = 0;
+  if (last <= a.stream_end) {
+    ahead = kPrefetchBytes;
+  } else if (a.next_begin != 0 && (first >= a.stream_end || shift == 0) &&
+             last - a.stream_end <= a.next_end - a.next_begin) {
+    ahead = kPrefetchBytes + shift;
+  }
   for (int64_t sb0 = 0; sb0 < superblocks; sb0 += kChunkSB) {
     const int64_t sb_end = std::min(superblocks, sb0 + kChunkSB);
     __m512 acc[kO][kR];
@@ -710,7 +721,8 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
       }
       DSV41_UNROLL
       for (int o = 0; o < kO; ++o) {
-        PrefetchWeights(dec.Row(o0 + o) + sb * 64 + ahead);
+        PrefetchWeights(reinterpret_cast<const void*>(
+            reinterpret_cast<uintptr_t>(dec.Row(o0 + o) + sb * 64) + ahead));
         const SbScale scale = Dec::kScalePerRow ? dec.template Scale<kPlain>(o0 + o, sb) : shared;
         Decoded<kZ> d;
         if constexpr (kShiftX) {
@@ -944,7 +956,7 @@ DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& args, int64_t o
     }
   }
   Args a = args;
-  a.rows_end = reinterpret_cast<uintptr_t>(end);
+  a.stream_end = reinterpret_cast<uintptr_t>(a.next_begin != 0 ? dec.Row(o_end) : end);
   if constexpr (std::is_same_v<Dec, Fp8Dec>) {
     if (a.rows == 1) {
       const ExponentSpan span = ExponentRange(a.x, a.stride);
@@ -1030,11 +1042,15 @@ void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t s
 }
 
 void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
-                    float* y, int64_t y_stride) {
+                    float* y, int64_t y_stride, NextWeights next) {
   DSV41_CHECK(Bf16DotSupported(), "the bf16 dot kernel needs AVX512-BF16 and AVX512-VBMI");
   DSV41_DCHECK(x.kernel == GemmKernel::kBf16Dot && x.format == w.format && x.in == w.in,
                "prepared input does not match the weight");
-  const Args a{&w, x.bf16, x.rows, x.stride, y, y_stride};
+  Args a{&w, x.bf16, x.rows, x.stride, y, y_stride};
+  if (next.begin != nullptr && next.begin < next.end) {
+    a.next_begin = reinterpret_cast<uintptr_t>(next.begin);
+    a.next_end = reinterpret_cast<uintptr_t>(next.end);
+  }
   Outputs(w, a, o_begin, o_end);
 }
 
@@ -1048,7 +1064,8 @@ void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t s
   Bf16DotPrepareScalar(format, x, rows, src_stride, stride, out);
 }
 
-void Bf16DotOutputs(const LinearWeight&, const LinearInput&, int64_t, int64_t, float*, int64_t) {
+void Bf16DotOutputs(const LinearWeight&, const LinearInput&, int64_t, int64_t, float*, int64_t,
+                    NextWeights) {
   DSV41_CHECK(false, "the bf16 dot kernel is not built for this CPU architecture");
 }
 

@@ -50,7 +50,7 @@ void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t s
 void Bf16DotPrepareScalar(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
                           int64_t stride, uint16_t* out);
 void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
-                    float* y, int64_t y_stride);
+                    float* y, int64_t y_stride, NextWeights next = {});
 // True when this build has the kernel and the CPU has the unit, whatever the SIMD cap.
 bool Bf16DotUnitPresent();
 // True when, besides, no SIMD cap stops it.

@@ -714,6 +714,25 @@ TEST(LinearTest, Fp8ScalesMoveToTheInputOnlyWhileExact) {
   }
 }
 
+// WeightRows names the bytes of a range of output rows in every stored format (RunLinearJobs
+// passes them to the kernels as the next weights a thread streams).
+TEST(LinearTest, WeightRowsAreTheOutputsRowBytes) {
+  std::mt19937 rng(10);
+  for (const auto& [format, row_bytes] :
+       {std::pair<WeightFormat, int64_t>{WeightFormat::kBf16, 192},
+        {WeightFormat::kF32, 384},
+        {WeightFormat::kFp8Block, 96},
+        {WeightFormat::kMxfp4, 48}}) {
+    SCOPED_TRACE(Name(format));
+    const StoredWeight s = MakeWeight(format, 40, 96, 1, rng);
+    const LinearWeight w = s.View();
+    const NextWeights rows = WeightRows(w, 3, 7);
+    EXPECT_EQ(rows.begin, w.weight.data() + 3 * row_bytes);
+    EXPECT_EQ(rows.end, w.weight.data() + 7 * row_bytes);
+    EXPECT_EQ(WeightRows(w, 0, 40).end, w.weight.data() + w.weight.size());
+  }
+}
+
 // RunLinearJobs over jobs of many sizes (one tile to hundreds, a tiny job beside large ones, so
 // units differ in cost and threads finish at different times and take each other's units): every
 // output written once, each equal to its product run alone on one thread, on 1 to 4 threads and
