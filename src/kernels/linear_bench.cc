@@ -132,6 +132,22 @@ const Matrices& GetMatrices(WeightFormat format, int64_t out, int64_t in, bool d
   return m;
 }
 
+// Random bf16 inputs in [-1, 1], the same in every benchmark.
+std::vector<float> BenchInputs(int64_t n) {
+  std::vector<float> x(n);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (auto& v : x) v = Bf16Round(value(rng));
+  return x;
+}
+
+// The model's options for products with weights of `format`.
+LinearOptions BenchOptions(WeightFormat format) {
+  return LinearOptions{
+      .quantize_activations = format == WeightFormat::kFp8Block || format == WeightFormat::kMxfp4,
+      .bf16_inputs = true};
+}
+
 void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_t in, bool dram,
                Numerics numerics = Numerics::kFast) {
   const int64_t rows = state.range(0);
@@ -139,14 +155,9 @@ void BM_Linear(benchmark::State& state, WeightFormat format, int64_t out, int64_
   const Matrices& m = GetMatrices(format, out, in, dram);
   const int64_t bytes = m.weight_bytes + m.scale_bytes;
   const int64_t copies = static_cast<int64_t>(m.weights.size());
-  std::vector<float> x(rows * in);
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (auto& v : x) v = Bf16Round(value(rng));
+  const std::vector<float> x = BenchInputs(rows * in);
   std::vector<float> y(rows * out);
-  const LinearOptions options{
-      .quantize_activations = format == WeightFormat::kFp8Block || format == WeightFormat::kMxfp4,
-      .bf16_inputs = true};
+  const LinearOptions options = BenchOptions(format);
   ExecContext ctx{Pool(), Arena(), numerics};
   const LinearWeight probe{format, out, in, {}, {}};
   state.SetLabel(GemmKernelName(SelectGemmKernel(probe, options, numerics)));
@@ -179,14 +190,9 @@ void BM_Jobs(benchmark::State& state, WeightFormat format, int64_t out, int64_t 
   const Matrices& m = GetMatrices(format, out, in, /*dram=*/true);
   const int64_t bytes = m.weight_bytes + m.scale_bytes;
   const int64_t copies = static_cast<int64_t>(m.weights.size());
-  std::vector<float> x(rows * in);
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (auto& v : x) v = Bf16Round(value(rng));
+  const std::vector<float> x = BenchInputs(rows * in);
   std::vector<float> y(num_jobs * rows * out);
-  const LinearOptions options{
-      .quantize_activations = format == WeightFormat::kFp8Block || format == WeightFormat::kMxfp4,
-      .bf16_inputs = true};
+  const LinearOptions options = BenchOptions(format);
   ExecContext ctx{Pool(), Arena(), Numerics::kFast};
   std::vector<LinearWeight> weights(num_jobs);
   std::vector<LinearJob> jobs(num_jobs);

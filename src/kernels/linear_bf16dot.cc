@@ -945,9 +945,10 @@ DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& args, int64_t o
   constexpr int kO = 4;
   // The tiles prefetch kPrefetchBytes ahead, on into the next outputs (a thread runs a job's
   // units front to back). With few rows (a decode step's GEMVs, bound by the bus) the register
-  // tiles do not prefetch past the matrix's end, and the range's first bytes are requested here at
-  // once: a small expert's matrix is a few hundred KB, and a cold start and the bytes fetched past
-  // its end cost it a tenth to a fifth of its time.
+  // tiles' prefetch goes on into the thread's next weights past this range (a.next_begin), or
+  // stops at the matrix's end, and the range's first bytes are requested here at once: a small
+  // expert's matrix is a few hundred KB, and a cold start and the bytes fetched past its end cost
+  // it a tenth to a fifth of its time.
   const uint8_t* end = dec.Row(args.w->out);
   if (args.rows <= kMaxR) {
     const uint8_t* first = dec.Row(o_begin);
