@@ -17,6 +17,7 @@
 
 #include "base/communicator.h"
 #include "base/forward_observer.h"
+#include "base/mapped_file.h"
 #include "base/thread_pool.h"
 
 namespace dsv41 {
@@ -58,10 +59,7 @@ class StepArena {
 
  private:
   friend class ArenaScope;
-  struct Block {
-    std::unique_ptr<std::byte[]> bytes;
-    size_t size = 0;
-  };
+  using Block = AnonymousMemory;  // page-aligned, huge pages asked for
   struct Mark {
     size_t block = 0;
     size_t offset = 0;

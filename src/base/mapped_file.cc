@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -151,6 +152,24 @@ AnonymousMemory& AnonymousMemory::operator=(AnonymousMemory&& other) noexcept {
 
 AnonymousMemory::~AnonymousMemory() {
   if (data_ != nullptr) ::munmap(data_, size_);
+}
+
+Result<std::string> MappingVmFlags(const void* address) {
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t begin = 0, end = 0;
+    // A mapping's header line: "begin-end perms offset dev inode [path]", in hex.
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &begin, &end) == 2 &&
+        line.find(':') > line.find(' ')) {
+      inside = begin <= at && at < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line.substr(line.find_first_not_of(' ', 8));
+    }
+  }
+  return NotFoundError("no mapping with flags holds address %p in /proc/self/smaps", address);
 }
 
 Result<std::string> ReadFileToString(const std::string& path) {

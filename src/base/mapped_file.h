@@ -76,6 +76,11 @@ class AnonymousMemory {
   bool huge_pages_advised_ = false;
 };
 
+// The kernel's flags of this process's mapping that holds `address` (its "VmFlags" line in
+// /proc/self/smaps, e.g. "rd wr mr mw me ac hg"; "hg": huge pages asked for). NotFoundError when no
+// mapping holds it or the kernel shows no flags.
+Result<std::string> MappingVmFlags(const void* address);
+
 // Reads a whole file into a string. Errors name the path.
 Result<std::string> ReadFileToString(const std::string& path);
 

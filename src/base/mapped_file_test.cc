@@ -23,6 +23,24 @@ TEST(MappedFileTest, MapsWrittenBytes) {
   EXPECT_EQ(moved.path(), path);
 }
 
+TEST(MappingVmFlagsTest, NamesTheFlagsOfTheMappingThatHoldsTheAddress) {
+  const std::string path = TempPath("flags.bin");
+  ASSERT_TRUE(WriteStringToFile(path, "flags").ok());
+  Result<MappedFile> file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  Result<std::string> read_only = MappingVmFlags(file->bytes().data() + 3);
+  if (!read_only.ok()) GTEST_SKIP() << read_only.status().ToString();
+  EXPECT_EQ(read_only->rfind("rd ", 0), 0u) << *read_only;
+  EXPECT_EQ(read_only->find(" wr"), std::string::npos) << *read_only;
+  Result<AnonymousMemory> memory = AnonymousMemory::Allocate(1 << 20, "test");
+  ASSERT_TRUE(memory.ok());
+  Result<std::string> writable = MappingVmFlags(memory->bytes().data() + 4096);
+  ASSERT_TRUE(writable.ok()) << writable.status().ToString();
+  EXPECT_NE(writable->find(" wr"), std::string::npos) << *writable;
+  EXPECT_EQ(MappingVmFlags(reinterpret_cast<const void*>(uintptr_t{16})).status().code(),
+            StatusCode::kNotFound);
+}
+
 TEST(MappedFileTest, MissingFileNamesPath) {
   Result<MappedFile> file = MappedFile::Open("/nonexistent/dsv41/x.safetensors");
   ASSERT_FALSE(file.ok());

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "base/status.h"
 #include "kv/batch_request.h"
 #include "kv/cache_plan.h"
@@ -94,10 +95,7 @@ class KvCacheStorage {
 
  private:
   std::unique_ptr<KvCacheLayout> layout_;
-  struct FreeDeleter {
-    void operator()(std::byte* p) const;
-  };
-  std::vector<std::unique_ptr<std::byte, FreeDeleter>> slots_;
+  std::vector<AnonymousMemory> slots_;
   KvCacheView view_;
 };
 
