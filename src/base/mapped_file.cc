@@ -120,17 +120,32 @@ Status DropFileFromPageCache(const std::string& path) {
   return OkStatus();
 }
 
+namespace {
+
+size_t PageBytes() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
+
+// The mapping behind `size` bytes: whole pages, then one inaccessible guard page.
+size_t MappedBytes(size_t size) {
+  const size_t page = PageBytes();
+  return (size + page - 1) / page * page + page;
+}
+
+}  // namespace
+
 Result<AnonymousMemory> AnonymousMemory::Allocate(size_t size, const std::string& what) {
   AnonymousMemory memory;
   if (size == 0) return memory;
-  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const size_t mapped = MappedBytes(size);
+  void* addr = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (addr == MAP_FAILED) {
     return IoError("%s: cannot allocate %zu bytes: %s", what.c_str(), size, std::strerror(errno));
   }
+  // A run past the end faults at once (as a heap block's would under AddressSanitizer).
+  ::mprotect(static_cast<std::byte*>(addr) + mapped - PageBytes(), PageBytes(), PROT_NONE);
   memory.data_ = static_cast<std::byte*>(addr);
   memory.size_ = size;
 #ifdef MADV_HUGEPAGE
-  memory.huge_pages_advised_ = ::madvise(addr, size, MADV_HUGEPAGE) == 0;
+  memory.huge_pages_advised_ = ::madvise(addr, mapped - PageBytes(), MADV_HUGEPAGE) == 0;
 #endif
   return memory;
 }
@@ -142,7 +157,7 @@ AnonymousMemory::AnonymousMemory(AnonymousMemory&& other) noexcept
 
 AnonymousMemory& AnonymousMemory::operator=(AnonymousMemory&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) ::munmap(data_, size_);
+    if (data_ != nullptr) ::munmap(data_, MappedBytes(size_));
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     huge_pages_advised_ = other.huge_pages_advised_;
@@ -151,7 +166,7 @@ AnonymousMemory& AnonymousMemory::operator=(AnonymousMemory&& other) noexcept {
 }
 
 AnonymousMemory::~AnonymousMemory() {
-  if (data_ != nullptr) ::munmap(data_, size_);
+  if (data_ != nullptr) ::munmap(data_, MappedBytes(size_));
 }
 
 Result<std::string> MappingVmFlags(const void* address) {

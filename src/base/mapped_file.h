@@ -55,7 +55,8 @@ void ReleaseMappedPages(std::span<const std::byte> bytes);
 Status DropFileFromPageCache(const std::string& path);
 
 // Anonymous, page-aligned, read-write memory of `size` bytes (mmap), with transparent huge pages
-// asked for (MADV_HUGEPAGE; best effort). Move-only; unmaps on destruction.
+// asked for (MADV_HUGEPAGE; best effort) and an inaccessible page after its last page, so a run
+// past the end faults. Move-only; unmaps on destruction.
 class AnonymousMemory {
  public:
   // IoError naming `what` and the size when the mapping fails.

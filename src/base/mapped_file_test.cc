@@ -1,7 +1,9 @@
 #include "base/mapped_file.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace dsv41 {
@@ -39,6 +41,16 @@ TEST(MappingVmFlagsTest, NamesTheFlagsOfTheMappingThatHoldsTheAddress) {
   EXPECT_NE(writable->find(" wr"), std::string::npos) << *writable;
   EXPECT_EQ(MappingVmFlags(reinterpret_cast<const void*>(uintptr_t{16})).status().code(),
             StatusCode::kNotFound);
+}
+
+TEST(AnonymousMemoryDeathTest, ARunPastTheLastPageFaults) {
+  Result<AnonymousMemory> memory = AnonymousMemory::Allocate(10000, "test");
+  ASSERT_TRUE(memory.ok());
+  std::span<std::byte> bytes = memory->bytes();
+  std::fill(bytes.begin(), bytes.end(), std::byte{1});  // the whole span is writable
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  volatile std::byte* after_last_page = bytes.data() + (bytes.size() + page - 1) / page * page;
+  EXPECT_DEATH(*after_last_page = std::byte{2}, "");
 }
 
 TEST(MappedFileTest, MissingFileNamesPath) {
