@@ -25,6 +25,7 @@ TEST(StepArenaTest, SpansAreAlignedAndDisjoint) {
 // A fresh arena's pages are faulted in by the step that first uses them; in 2 MiB pages instead
 // of 4 KiB ones, a 512-token prefill's ~100 MiB of scratch costs ~50 faults instead of ~25 000.
 TEST(StepArenaTest, BlocksAskForHugePages) {
+  if (!KernelTakesHugePageAdvice()) GTEST_SKIP() << "this kernel takes no MADV_HUGEPAGE";
   StepArena arena(3 << 20);
   Result<std::string> first = MappingVmFlags(arena.Alloc<float>(1).data());
   if (!first.ok()) GTEST_SKIP() << first.status().ToString();

@@ -169,6 +169,11 @@ AnonymousMemory::~AnonymousMemory() {
   if (data_ != nullptr) ::munmap(data_, MappedBytes(size_));
 }
 
+bool KernelTakesHugePageAdvice() {
+  Result<AnonymousMemory> probe = AnonymousMemory::Allocate(1, "huge page probe");
+  return probe.ok() && probe->huge_pages_advised();
+}
+
 Result<std::string> MappingVmFlags(const void* address) {
   const auto at = reinterpret_cast<uintptr_t>(address);
   std::ifstream smaps("/proc/self/smaps");

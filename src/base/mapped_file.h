@@ -82,6 +82,9 @@ class AnonymousMemory {
 // mapping holds it or the kernel shows no flags.
 Result<std::string> MappingVmFlags(const void* address);
 
+// Whether this kernel takes MADV_HUGEPAGE (transparent huge pages built in), by a probe mapping.
+bool KernelTakesHugePageAdvice();
+
 // Reads a whole file into a string. Errors name the path.
 Result<std::string> ReadFileToString(const std::string& path);
 

@@ -122,6 +122,7 @@ TEST(KvCacheLayoutTest, PlacesFollowThePlanAndRowsStayInsideTheirPages) {
   }
   // Each slot is its own mapping with huge pages asked for: a fresh cache's first rows fault in
   // 2 MiB at a time.
+  if (!KernelTakesHugePageAdvice()) GTEST_SKIP() << "this kernel takes no MADV_HUGEPAGE";
   for (size_t slot = 0; slot < view.base.size(); ++slot) {
     Result<std::string> flags = MappingVmFlags(view.base[slot]);
     if (!flags.ok()) GTEST_SKIP() << flags.status().ToString();
