@@ -259,41 +259,83 @@ void ColumnsSimd(const float* w, const float* const* rows, size_t n, size_t dim,
   }
 }
 
-// Fp32Dot's 16 chains: on targets with fused multiply-adds, 16 / N vectors of N lanes (chain l is
-// lane l % N of vector l / N); the tail and the fixed tree as in the scalar twin.
-float Fp32DotLanes(const float* a, const float* b, size_t n) {
+// Fp32Dot of `a` with each of kRows rows at once (out[r] for b[r]): on targets with fused
+// multiply-adds, a row's 16 chains are 16 / N vectors of N lanes (chain l is lane l % N of vector
+// l / N); the tail and the fixed tree as in the scalar twin. The rows' accumulators are
+// independent, so several rows keep the FMA pipes busy where one row waits on its own latency; each
+// row's arithmetic is the same whatever kRows is.
+template <size_t kRows>
+void Fp32DotRows(const float* a, const float* const* b, size_t n, float* out) {
 #if HWY_NATIVE_FMA
   const hn::CappedTag<float, 16> df;
   constexpr size_t kChains = 16;
   const size_t nf = hn::Lanes(df);
   using VF = hn::Vec<decltype(df)>;
-  VF acc[kChains];
   const size_t num_vectors = kChains / nf;
-  for (size_t v = 0; v < num_vectors; ++v) acc[v] = hn::Zero(df);
+  VF acc[kRows][kChains];
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t v = 0; v < num_vectors; ++v) acc[r][v] = hn::Zero(df);
+  }
   size_t i = 0;
   for (; i + kChains <= n; i += kChains) {
     for (size_t v = 0; v < num_vectors; ++v) {
-      acc[v] = hn::MulAdd(hn::LoadU(df, a + i + v * nf), hn::LoadU(df, b + i + v * nf), acc[v]);
+      const VF av = hn::LoadU(df, a + i + v * nf);
+      for (size_t r = 0; r < kRows; ++r) {
+        acc[r][v] = hn::MulAdd(av, hn::LoadU(df, b[r] + i + v * nf), acc[r][v]);
+      }
     }
   }
-  HWY_ALIGN float chains[kChains];
-  for (size_t v = 0; v < num_vectors; ++v) hn::Store(acc[v], df, chains + v * nf);
-  for (; i < n; ++i) chains[i % kChains] = std::fma(a[i], b[i], chains[i % kChains]);
-  for (size_t half = kChains / 2; half >= 1; half /= 2) {
-    for (size_t l = 0; l < half; ++l) chains[l] = chains[l] + chains[l + half];
+  for (size_t r = 0; r < kRows; ++r) {
+    HWY_ALIGN float chains[kChains];
+    for (size_t v = 0; v < num_vectors; ++v) hn::Store(acc[r][v], df, chains + v * nf);
+    for (size_t j = i; j < n; ++j)
+      chains[j % kChains] = std::fma(a[j], b[r][j], chains[j % kChains]);
+    for (size_t half = kChains / 2; half >= 1; half /= 2) {
+      for (size_t l = 0; l < half; ++l) chains[l] = chains[l] + chains[l + half];
+    }
+    out[r] = chains[0];
   }
-  return chains[0];
 #else
-  return Fp32Dot(std::span<const float>(a, n), std::span<const float>(b, n));
+  for (size_t r = 0; r < kRows; ++r) {
+    out[r] = Fp32Dot(std::span<const float>(a, n), std::span<const float>(b[r], n));
+  }
 #endif
 }
 
-// Fp32DotColumn for columns [0, dim): lanes are columns, each its own chain over the rows.
+float Fp32DotLanes(const float* a, const float* b, size_t n) {
+  float out;
+  Fp32DotRows<1>(a, &b, n, &out);
+  return out;
+}
+
+// out[k] = Fp32Dot(a, rows[k]) for k < num_rows, four rows at a time.
+void Fp32DotsLanes(const float* a, const float* const* rows, size_t num_rows, size_t n,
+                   float* out) {
+  size_t k = 0;
+  for (; k + 4 <= num_rows; k += 4) Fp32DotRows<4>(a, rows + k, n, out + k);
+  for (; k < num_rows; ++k) Fp32DotRows<1>(a, rows + k, n, out + k);
+}
+
+// Fp32DotColumn for columns [0, dim): lanes are columns, each its own chain over the rows; four
+// vectors of columns share a pass over the rows (independent chains, the same arithmetic).
 void Fp32ColumnsLanes(const float* w, const float* const* rows, size_t n, size_t dim, float* out) {
   size_t d = 0;
 #if HWY_NATIVE_FMA
   const hn::ScalableTag<float> df;
   const size_t nf = hn::Lanes(df);
+  using VF = hn::Vec<decltype(df)>;
+  constexpr size_t kVectors = 4;
+  for (; d + kVectors * nf <= dim; d += kVectors * nf) {
+    VF acc[kVectors];
+    for (size_t v = 0; v < kVectors; ++v) acc[v] = hn::Zero(df);
+    for (size_t i = 0; i < n; ++i) {
+      const VF wi = hn::Set(df, w[i]);
+      for (size_t v = 0; v < kVectors; ++v) {
+        acc[v] = hn::MulAdd(wi, hn::LoadU(df, rows[i] + d + v * nf), acc[v]);
+      }
+    }
+    for (size_t v = 0; v < kVectors; ++v) hn::StoreU(acc[v], df, out + d + v * nf);
+  }
   for (; d + nf <= dim; d += nf) {
     auto acc = hn::Zero(df);
     for (size_t i = 0; i < n; ++i)
@@ -317,11 +359,18 @@ HWY_EXPORT(SumSimd);
 HWY_EXPORT(MeanSquareSimd);
 HWY_EXPORT(ColumnsSimd);
 HWY_EXPORT(Fp32DotLanes);
+HWY_EXPORT(Fp32DotsLanes);
 HWY_EXPORT(Fp32ColumnsLanes);
 
 float Fp32DotSimd(std::span<const float> a, std::span<const float> b) {
   DSV41_CHECK(a.size() == b.size(), "dot of %zu and %zu values", a.size(), b.size());
   return HWY_DYNAMIC_DISPATCH(Fp32DotLanes)(a.data(), b.data(), a.size());
+}
+
+void Fp32DotsSimd(std::span<const float> a, std::span<const float* const> rows,
+                  std::span<float> out) {
+  DSV41_CHECK(rows.size() == out.size(), "%zu rows, %zu results", rows.size(), out.size());
+  HWY_DYNAMIC_DISPATCH(Fp32DotsLanes)(a.data(), rows.data(), rows.size(), a.size(), out.data());
 }
 
 void Fp32DotColumnsSimd(std::span<const float> w, std::span<const float* const> rows,

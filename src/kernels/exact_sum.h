@@ -33,6 +33,9 @@ void ExactDotColumnsSimd(std::span<const float> w, std::span<const float* const>
 // Fp32DotColumn of numerics/arith.h on every target: the attention q·k and PV products under
 // --numerics fast (issue 19).
 float Fp32DotSimd(std::span<const float> a, std::span<const float> b);
+// out[k] = Fp32DotSimd(a, the a.size() values at rows[k]) for every k, several rows at a time.
+void Fp32DotsSimd(std::span<const float> a, std::span<const float* const> rows,
+                  std::span<float> out);
 void Fp32DotColumnsSimd(std::span<const float> w, std::span<const float* const> rows,
                         std::span<float> out);
 

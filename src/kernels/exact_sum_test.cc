@@ -151,7 +151,7 @@ TEST(ExactSumSimdTest, SpecialValuesFollowTheScalarTwins) {
 TEST(ExactSumSimdTest, ColumnsEqualExactDotColumn) {
   std::mt19937 rng(3);
   for (size_t n : {1u, 7u, 64u, 130u}) {
-    for (size_t dim : {1u, 9u, 16u, 64u, 131u}) {
+    for (size_t dim : {1u, 9u, 16u, 64u, 131u, 200u}) {
       std::vector<float> w = Draw(n, rng, -9, 9, true);
       std::vector<std::vector<float>> storage(n);
       std::vector<const float*> rows(n);
@@ -195,7 +195,7 @@ TEST(Fp32SumSimdTest, EqualsScalarTwinsOverLengthsAndMisalignments) {
   }
   std::mt19937 rows_rng(6);
   for (size_t n : {1u, 7u, 64u, 130u}) {
-    for (size_t dim : {1u, 9u, 16u, 64u, 131u}) {
+    for (size_t dim : {1u, 9u, 16u, 64u, 131u, 200u}) {
       std::vector<float> w = Draw(n, rows_rng, -9, 9, true);
       std::vector<std::vector<float>> storage(n);
       std::vector<const float*> rows(n);
@@ -209,6 +209,32 @@ TEST(Fp32SumSimdTest, EqualsScalarTwinsOverLengthsAndMisalignments) {
         Fp32DotColumnsSimd(w, rows, out);
         for (size_t d = 0; d < dim; ++d) {
           ASSERT_EQ(Bits(out[d]), Bits(Fp32DotColumn(w, rows, d))) << "column " << d;
+        }
+      });
+    }
+  }
+}
+
+// Many rows against one vector (attention's q against a block of keys): each result is the one
+// row's Fp32Dot, whatever the number of rows (whole groups of four and the rest), the length
+// and the rows' misalignment.
+TEST(Fp32SumSimdTest, DotsOfManyRowsEqualTheScalarTwinRowByRow) {
+  std::mt19937 rng(7);
+  for (size_t n : {0u, 5u, 16u, 37u, 70u, 515u}) {
+    for (size_t num_rows = 0; num_rows <= 9; ++num_rows) {
+      std::vector<float> a = Draw(n, rng, -9, 12, true);
+      std::vector<std::vector<float>> storage(num_rows);
+      std::vector<const float*> rows(num_rows);
+      for (size_t k = 0; k < num_rows; ++k) {
+        storage[k] = Draw(n + 3, rng, -6, 10, true);
+        rows[k] = storage[k].data() + (k % 4);
+      }
+      SCOPED_TRACE("n " + std::to_string(n) + " rows " + std::to_string(num_rows));
+      ForEachTarget([&] {
+        std::vector<float> out(num_rows, -7.0f);
+        Fp32DotsSimd(a, rows, out);
+        for (size_t k = 0; k < num_rows; ++k) {
+          ASSERT_EQ(Bits(out[k]), Bits(Fp32Dot(a, std::span<const float>(rows[k], n)))) << k;
         }
       });
     }

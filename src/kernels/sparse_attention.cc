@@ -13,8 +13,19 @@
 namespace dsv41 {
 namespace {
 
+// Dots(q, keys, out): out[k] = Sums::Dot(q, keys[k]), one key after another.
+template <class Sums>
+struct DotsOneByOne {
+  static void Dots(std::span<const float> q, std::span<const float* const> keys,
+                   std::span<float> out) {
+    for (size_t k = 0; k < keys.size(); ++k) {
+      out[k] = Sums::Dot(q, std::span<const float>(keys[k], q.size()));
+    }
+  }
+};
+
 // The exact sums and exponentials of the scalar reference.
-struct RefSums {
+struct RefSums : DotsOneByOne<RefSums> {
   static float Dot(std::span<const float> a, std::span<const float> b) { return ExactDot(a, b); }
   static float Sum(std::span<const float> x) { return ExactSum(x); }
   static void Columns(std::span<const float> w, std::span<const float* const> rows,
@@ -27,7 +38,7 @@ struct RefSums {
 };
 
 // Their SIMD twins.
-struct SimdSums {
+struct SimdSums : DotsOneByOne<SimdSums> {
   static float Dot(std::span<const float> a, std::span<const float> b) {
     return ExactDotSimd(a, b);
   }
@@ -41,7 +52,10 @@ struct SimdSums {
 
 // The fast numerics: q·k and PV as fixed-order fp32 sums, the probability sums (★) still exact.
 struct Fp32Sums {
-  static float Dot(std::span<const float> a, std::span<const float> b) { return Fp32DotSimd(a, b); }
+  static void Dots(std::span<const float> q, std::span<const float* const> keys,
+                   std::span<float> out) {
+    Fp32DotsSimd(q, keys, out);  // several keys at a time, each key's sum as Fp32DotSimd's
+  }
   static float Sum(std::span<const float> x) { return ExactSumSimd(x); }
   static void Columns(std::span<const float> w, std::span<const float* const> rows,
                       std::span<float> out) {
@@ -51,7 +65,7 @@ struct Fp32Sums {
 };
 
 // Their scalar twins.
-struct Fp32RefSums {
+struct Fp32RefSums : DotsOneByOne<Fp32RefSums> {
   static float Dot(std::span<const float> a, std::span<const float> b) { return Fp32Dot(a, b); }
   static float Sum(std::span<const float> x) { return ExactSum(x); }
   static void Columns(std::span<const float> w, std::span<const float* const> rows,
@@ -88,9 +102,10 @@ void SinkAttentionImpl(std::span<const float> q, std::span<const float* const> k
   float den = 0.0f;
   for (size_t begin = 0; begin < keys.size(); begin += kAttentionKeyBlock) {
     const size_t n = std::min<size_t>(kAttentionKeyBlock, keys.size() - begin);
+    Sums::Dots(q, keys.subspan(begin, n), std::span<float>(scores, n));
     float block_max = -INFINITY;
     for (size_t k = 0; k < n; ++k) {
-      scores[k] = Sums::Dot(q, std::span<const float>(keys[begin + k], dim)) * scale;
+      scores[k] = scores[k] * scale;
       block_max = std::max(block_max, scores[k]);
     }
     const float m_new = std::max(m, block_max);

@@ -1,0 +1,68 @@
+// The exact sums of model.md §12.8 (kernels/exact_sum.h) on one thread, in cache: the mHC mix
+// dot of `small` (4 streams × 1024) and of the released model (4 × 4096), the widths every token
+// dots 24 weight rows with in each sublayer. Counters: dots' terms per second and the ratio of
+// the fused multiply-adds they take (two per term: the sum and the sum of magnitudes, in double)
+// to the core's double FMA peak, measured in the same run (half its fp32 peak).
+// Report medians: --benchmark_repetitions=5 --benchmark_report_aggregates_only=true.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "base/machine_limits.h"
+#include "base/thread_pool.h"
+#include "kernels/exact_sum.h"
+
+namespace dsv41 {
+namespace {
+
+double DoubleFmaPerSecondOneCore() {
+  static const double peak = [] {
+    ThreadPool pool(1);
+    MachineLimitsOptions options;
+    options.read_buffer_bytes = int64_t{64} << 20;  // only the FMA peak is used
+    const MachineLimits limits = MeasureMachineLimits(pool, options);
+    std::fprintf(stderr, "one core: peak fp32 FMA %.1f GFLOP/s\n",
+                 limits.fma_flops_per_second / 1e9);
+    return limits.fma_flops_per_second / 2.0 / 2.0;  // flops → FMAs, fp32 lanes → fp64 lanes
+  }();
+  return peak;
+}
+
+// Values of mixed signs over many binades, as the residual streams and the mix weights hold.
+std::vector<float> RandomValues(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 2);
+  std::vector<float> v(n);
+  for (float& x : v) x = std::ldexp(mantissa(rng), exponent(rng));
+  return v;
+}
+
+// 24 weight rows against one token's streams, as ComputeMixRows runs them.
+void BM_ExactDot(benchmark::State& state) {
+  const size_t width = static_cast<size_t>(state.range(0));
+  constexpr int kMixRows = 24;
+  const std::vector<float> weights = RandomValues(kMixRows * width, 1);
+  const std::vector<float> streams = RandomValues(width, 2);
+  const double peak = DoubleFmaPerSecondOneCore();
+  for (auto _ : state) {
+    for (int r = 0; r < kMixRows; ++r) {
+      benchmark::DoNotOptimize(
+          ExactDotSimd(std::span<const float>(weights.data() + r * width, width),
+                       std::span<const float>(streams)));
+    }
+  }
+  const double terms = static_cast<double>(state.iterations()) * kMixRows * width;
+  state.counters["terms_per_s"] = benchmark::Counter(terms, benchmark::Counter::kIsRate);
+  state.counters["fma_frac"] = benchmark::Counter(2.0 * terms / peak, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ExactDot)->Arg(4096)->Arg(16384)->ArgName("width");
+
+}  // namespace
+}  // namespace dsv41
+
+BENCHMARK_MAIN();
