@@ -6,6 +6,7 @@
 
 #include "kernels/exact_sum.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -176,6 +177,61 @@ bool DotTiers(const float* a, const float* b, size_t n, float* out) {
   if (Decide(s, Bound(steps, lanes, t), out)) return true;
   double exact;
   return ExactInDouble<Term::kProduct>(a, b, n, &exact) && RoundExact(exact, out);
+}
+
+// The first tier of kRows dots of `b` with the rows a[r] at once: b's conversion to double and its
+// magnitudes are shared, each row has its own accumulator pair (the pairs are independent chains,
+// enough to cover the FMA latency). decided[r]: whether row r's bound decided it (out[r] then
+// holds the answer). Reads the rows only through unaligned vector loads and byte copies.
+template <size_t kRows>
+void DotRowsFirstTier(const float* const* a, const float* b, size_t n, float* out, bool* decided) {
+  const DD dd;
+  const DFH df;
+  const size_t nd = hn::Lanes(dd);
+  VD s[kRows], t[kRows];
+  for (size_t r = 0; r < kRows; ++r) s[r] = t[r] = hn::Zero(dd);
+  const auto step = [&](const float* const* pa, const float* pb) {
+    const VD vb = hn::PromoteTo(dd, hn::LoadU(df, pb));
+    const VD abs_b = hn::Abs(vb);
+    for (size_t r = 0; r < kRows; ++r) {
+      const VD va = hn::PromoteTo(dd, hn::LoadU(df, pa[r]));
+      s[r] = hn::MulAdd(va, vb, s[r]);  // the product is exact: one rounding, in the sum
+      t[r] = hn::MulAdd(hn::Abs(va), abs_b, t[r]);
+    }
+  };
+  size_t i = 0;
+  const float* pa[kRows];
+  for (; i + nd <= n; i += nd) {
+    for (size_t r = 0; r < kRows; ++r) pa[r] = a[r] + i;
+    step(pa, b + i);
+  }
+  if (i < n) {  // the tail, zero padded (zero terms change neither sum)
+    HWY_ALIGN float ta[kRows][hn::MaxLanes(DD())] = {};
+    HWY_ALIGN float tb[hn::MaxLanes(DD())] = {};
+    for (size_t r = 0; r < kRows; ++r) {
+      std::memcpy(ta[r], a[r] + i, (n - i) * sizeof(float));
+      pa[r] = ta[r];
+    }
+    std::memcpy(tb, b + i, (n - i) * sizeof(float));
+    step(pa, tb);
+  }
+  // A term's way to S: its lane's chain (at most one addition per vector step), then the lanes.
+  const auto steps = static_cast<int64_t>((n + nd - 1) / nd) + 1;
+  const auto lanes = static_cast<int64_t>(nd);
+  for (size_t r = 0; r < kRows; ++r) {
+    const double sum = hn::GetLane(hn::SumOfLanes(dd, s[r]));
+    const double magnitude = hn::GetLane(hn::SumOfLanes(dd, t[r]));
+    decided[r] = n > 0 && Decide(sum, Bound(steps, lanes, magnitude), &out[r]);
+  }
+}
+
+// The first tier for every row, four rows at a time; decided[r] as above.
+void DotRowsTiers(const float* const* a, size_t num_rows, const float* b, size_t n, float* out,
+                  bool* decided) {
+  size_t r = 0;
+  for (; r + 4 <= num_rows; r += 4) DotRowsFirstTier<4>(a + r, b, n, out + r, decided + r);
+  for (; r + 2 <= num_rows; r += 2) DotRowsFirstTier<2>(a + r, b, n, out + r, decided + r);
+  for (; r < num_rows; ++r) DotRowsFirstTier<1>(a + r, b, n, out + r, decided + r);
 }
 
 float DotSimd(const float* a, const float* b, size_t n) {
@@ -355,6 +411,7 @@ HWY_AFTER_NAMESPACE();
 namespace dsv41 {
 HWY_EXPORT(DotSimd);
 HWY_EXPORT(DotTiers);
+HWY_EXPORT(DotRowsTiers);
 HWY_EXPORT(SumSimd);
 HWY_EXPORT(MeanSquareSimd);
 HWY_EXPORT(ColumnsSimd);
@@ -400,6 +457,29 @@ float ExactDotUnalignedSimd(std::span<const std::byte> a, std::span<const float>
     acc.AddProduct(value, b[i]);
   }
   return acc.Round();
+}
+
+void ExactDotsUnalignedSimd(std::span<const std::byte> rows, std::span<const float> b,
+                            std::span<float> out) {
+  const size_t row_bytes = b.size() * sizeof(float);
+  DSV41_CHECK(rows.size() == out.size() * row_bytes, "%zu row bytes for %zu dots of %zu values",
+              rows.size(), out.size(), b.size());
+  constexpr size_t kRowsPerPass = 32;
+  const float* row_starts[kRowsPerPass];
+  bool decided[kRowsPerPass];
+  for (size_t first = 0; first < out.size(); first += kRowsPerPass) {
+    const size_t count = std::min(kRowsPerPass, out.size() - first);
+    for (size_t r = 0; r < count; ++r) {
+      row_starts[r] = reinterpret_cast<const float*>(rows.data() + (first + r) * row_bytes);
+    }
+    HWY_DYNAMIC_DISPATCH(DotRowsTiers)
+    (row_starts, count, b.data(), b.size(), out.data() + first, decided);
+    for (size_t r = 0; r < count; ++r) {  // rare: the next tiers, one row at a time
+      if (!decided[r]) {
+        out[first + r] = ExactDotUnalignedSimd(rows.subspan((first + r) * row_bytes, row_bytes), b);
+      }
+    }
+  }
 }
 
 void ExactDotColumnsSimd(std::span<const float> w, std::span<const float* const> rows,

@@ -23,6 +23,11 @@ float ExactDotSimd(std::span<const float> a, std::span<const float> b);
 // The same with `a` given as the bytes of b.size() fp32 values at any address (a mapped
 // checkpoint tensor, which safetensors does not align).
 float ExactDotUnalignedSimd(std::span<const std::byte> a, std::span<const float> b);
+// out[r] = ExactDotUnalignedSimd(row r of `rows`, b) for every r: `rows` holds out.size()
+// consecutive rows of b.size() fp32 values at any address (the mHC mix weights); several rows
+// share each pass over b (checked: the sizes agree).
+void ExactDotsUnalignedSimd(std::span<const std::byte> rows, std::span<const float> b,
+                            std::span<float> out);
 
 // out[d] = fp32(Σ_i w[i]·rows[i][d]) for d < out.size(), each exactly rounded: ExactDotColumn for
 // every column (the value product of attention over cached rows). rows.size() == w.size().

@@ -1,5 +1,5 @@
 // The exact sums of model.md §12.8 (kernels/exact_sum.h) on one thread, in cache: the mHC mix
-// dot of `small` (4 streams × 1024) and of the released model (4 × 4096), the widths every token
+// dots of `small` (4 streams × 1024) and of the released model (4 × 4096), the widths every token
 // dots 24 weight rows with in each sublayer. Counters: dots' terms per second and the ratio of
 // the fused multiply-adds they take (two per term: the sum and the sum of magnitudes, in double)
 // to the core's double FMA peak, measured in the same run (half its fp32 peak).
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "base/machine_limits.h"
@@ -61,6 +62,31 @@ void BM_ExactDot(benchmark::State& state) {
   state.counters["fma_frac"] = benchmark::Counter(2.0 * terms / peak, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ExactDot)->Arg(4096)->Arg(16384)->ArgName("width");
+
+// The same 24 dots in groups of four rows sharing each pass over the streams
+// (ExactDotsUnalignedSimd), as ComputeMixRows runs them.
+void BM_ExactDotsOfFourRows(benchmark::State& state) {
+  const size_t width = static_cast<size_t>(state.range(0));
+  constexpr int kMixRows = 24;
+  constexpr int kRowsPerCall = 4;
+  const std::vector<float> weights = RandomValues(kMixRows * width, 1);
+  const std::vector<float> streams = RandomValues(width, 2);
+  const auto bytes = std::as_bytes(std::span<const float>(weights));
+  const double peak = DoubleFmaPerSecondOneCore();
+  float dots[kMixRows];
+  for (auto _ : state) {
+    for (int first = 0; first < kMixRows; first += kRowsPerCall) {
+      ExactDotsUnalignedSimd(
+          bytes.subspan(first * width * sizeof(float), kRowsPerCall * width * sizeof(float)),
+          streams, std::span<float>(dots + first, kRowsPerCall));
+    }
+    benchmark::DoNotOptimize(dots);
+  }
+  const double terms = static_cast<double>(state.iterations()) * kMixRows * width;
+  state.counters["terms_per_s"] = benchmark::Counter(terms, benchmark::Counter::kIsRate);
+  state.counters["fma_frac"] = benchmark::Counter(2.0 * terms / peak, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ExactDotsOfFourRows)->Arg(4096)->Arg(16384)->ArgName("width");
 
 }  // namespace
 }  // namespace dsv41

@@ -127,6 +127,50 @@ TEST(ExactSumSimdTest, UnalignedBytesGiveExactDot) {
   }
 }
 
+// Several rows against one vector (the mHC mix weights against a token's streams), the rows as
+// bytes at every byte offset: each result is its row's ExactDot, whatever the number of rows;
+// rows that cancel or hold an infinity take the later tiers beside rows the first one decides.
+TEST(ExactSumSimdTest, DotsOfUnalignedRowsGiveEachRowsExactDot) {
+  std::mt19937 rng(8);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t n : {0u, 1u, 7u, 33u, 100u, 1024u}) {
+    for (size_t num_rows : {0u, 1u, 2u, 3u, 4u, 5u, 7u, 9u, 24u, 37u}) {
+      std::vector<float> b = Draw(n, rng, -8, 12, true);
+      for (size_t i = n / 2; i < 2 * (n / 2); ++i) b[i] = b[i - n / 2];  // halves equal
+      std::vector<float> a(num_rows * n);
+      for (size_t r = 0; r < num_rows; ++r) {
+        const std::vector<float> row = Draw(n, rng, -30, 50, false);
+        std::copy(row.begin(), row.end(), a.begin() + r * n);
+        if (r % 3 == 1 && n > 1) {  // exact cancellation but for one tiny product
+          for (size_t i = n / 2; i < 2 * (n / 2); ++i) a[r * n + i] = -a[r * n + i - n / 2];
+          a[r * n] = 0x1p-60f;
+        }
+        if (r % 5 == 4 && n > 0) a[r * n + n / 2] = inf;
+      }
+      std::vector<float> want(num_rows);
+      for (size_t r = 0; r < num_rows; ++r) {
+        want[r] = ExactDot(std::span<const float>(a).subspan(r * n, n), b);
+      }
+      for (size_t offset = 0; offset < 4; ++offset) {
+        std::vector<std::byte> bytes(offset + a.size() * sizeof(float) + 1);
+        if (!a.empty()) std::memcpy(bytes.data() + offset, a.data(), a.size() * sizeof(float));
+        const std::span<const std::byte> view(bytes.data() + offset, a.size() * sizeof(float));
+        SCOPED_TRACE("n " + std::to_string(n) + " rows " + std::to_string(num_rows) + " offset " +
+                     std::to_string(offset));
+        ForEachTarget([&] {
+          std::vector<float> got(num_rows, -7.0f);
+          ExactDotsUnalignedSimd(view, b, got);
+          for (size_t r = 0; r < num_rows; ++r) {
+            ASSERT_TRUE(Bits(got[r]) == Bits(want[r]) ||
+                        (std::isnan(got[r]) && std::isnan(want[r])))
+                << "row " << r;
+          }
+        });
+      }
+    }
+  }
+}
+
 // Signed zeros, infinities, NaN and subnormal products follow the scalar twins.
 TEST(ExactSumSimdTest, SpecialValuesFollowTheScalarTwins) {
   const float inf = std::numeric_limits<float>::infinity();
