@@ -2,19 +2,21 @@
 //
 // Weights are never expanded in memory: each weight vector is decoded exactly to fp32 (FP8 codes
 // through binary16, MXFP4 nibbles through a table or binary16, bf16 by a shift) with its block
-// scale applied, and FMA'd into fp32 accumulators. The fixed order: each (output o, input row r)
-// pair owns one accumulator vector of N lanes per chunk of kChunk positions of K, which takes, for
-// every 32-block of the chunk in order and every group g of 2N positions within it, the products
-// of positions [2gN, 2gN + N) and then [2gN + N, 2gN + 2N) of the prepared row; at the chunk's end
-// its lanes are added into N fp64 lane sums, whose fixed-order total is rounded to fp32 once
-// (short fp32 runs, exact cross-lane sums: close to the exact sum). The register tiles (few rows,
+// scale applied, and FMA'd into fp32 accumulators. The fixed order, the same on every target: each
+// (output o, input row r) pair owns 16 fp32 lanes per chunk of kChunk positions of K; lane l takes,
+// for every 32-block of the chunk in order, the products of positions l and then 16 + l of the
+// prepared row; at the chunk's end the lanes are added into 16 fp64 lane sums, which one fixed
+// tree adds (Finish) and rounds to fp32 once (short fp32 runs, exact cross-lane sums: close to the
+// exact sum). A target with N-lane vectors holds the 16 lanes in kVecs = 16 / N vectors: vector j
+// takes positions [jN, jN + N) and then [16 + jN, 16 + jN + N). The register tiles (few rows,
 // weights decoded in registers) and the buffered path (weights decoded once per row block into an
 // L1 buffer, shared by every row group) run exactly that chain per pair, so a row's bits depend
-// only on (format, in, the target), never on the rows beside it, the tiling or the thread split.
+// only on (format, in), never on the vector width, the rows beside it, the tiling or the thread
+// split.
 //
-// MXFP4 positions: 2N consecutive positions of a group hold the even elements of N packed bytes,
-// then their odd elements (the bytes' low and high nibbles). For the other formats positions are
-// elements.
+// MXFP4 positions: positions 0..15 of a 32-block hold its even elements (the low nibbles of its 16
+// packed bytes), positions 16..31 its odd ones (the high nibbles). For the other formats positions
+// are elements.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -37,9 +39,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 using linear_internal::kBlock;
 using linear_internal::kRowBlock;
 
-// At most 16 lanes: one vector covers at most half a 32-block (16 packed MXFP4 bytes).
-using DF = hn::CappedTag<float, 16>;
+// The order's 16 lanes (half a 32-block: 16 packed MXFP4 bytes), in kVecs vectors of kN lanes.
+inline constexpr size_t kLanes = 16;
+using DF = hn::CappedTag<float, kLanes>;
 using VF = hn::Vec<DF>;
+inline constexpr size_t kN = hn::MaxLanes(DF());
+inline constexpr size_t kVecs = kLanes / kN;
+static_assert(kVecs * kN == kLanes);
 // The fp64 lane sums: an fp32 vector widens into kParts fp64 vectors (its halves; the whole of it
 // on the one-lane scalar target).
 #if HWY_TARGET == HWY_SCALAR
@@ -56,7 +62,7 @@ using VD = hn::Vec<DD>;
 inline constexpr int64_t kChunkBlocks = 16;
 inline constexpr int64_t kChunk = kChunkBlocks * kBlock;
 
-// Adds the N fp32 lanes of acc into the pair's N fp64 lane sums (kept in memory).
+// Adds the N fp32 lanes of acc into N of the pair's fp64 lane sums (kept in memory).
 HWY_INLINE void Flush(VF acc, double* sums) {
   const DD dd;
   const size_t nd = hn::Lanes(dd);
@@ -70,18 +76,31 @@ HWY_INLINE void Flush(VF acc, double* sums) {
 #endif
 }
 
-// The pair's result: its fp64 lane sums added in a fixed order, rounded once.
-HWY_INLINE float Finish(const double* sums) {
-  const DD dd;
-  VD total = hn::Load(dd, sums);
-  if constexpr (kParts == 2) total = hn::Add(total, hn::Load(dd, sums + hn::Lanes(dd)));
-  return static_cast<float>(hn::GetLane(hn::SumOfLanes(dd, total)));
+// The pair's result: its 16 fp64 lane sums l added by one tree — v[i] = l[i] + l[i + 8], then
+// t[i] = v[i] + v[i + 4], u[i] = t[i] + t[i + 2], u[0] + u[1] — rounded once.
+HWY_INLINE float Finish(const double* l) {
+#if HWY_TARGET <= HWY_AVX2
+  const hn::FixedTag<double, 4> d4;
+  const hn::FixedTag<double, 2> d2;
+  const auto t = hn::Add(hn::Add(hn::Load(d4, l), hn::Load(d4, l + 8)),
+                         hn::Add(hn::Load(d4, l + 4), hn::Load(d4, l + 12)));
+  const auto u = hn::Add(hn::LowerHalf(d2, t), hn::UpperHalf(d2, t));
+  return static_cast<float>(hn::GetLane(u) + hn::ExtractLane(u, 1));
+#else
+  double v[8], t[4];
+  for (int i = 0; i < 8; ++i) v[i] = l[i] + l[i + 8];
+  for (int i = 0; i < 4; ++i) t[i] = v[i] + v[i + 4];
+  return static_cast<float>((t[0] + t[2]) + (t[1] + t[3]));
+#endif
 }
 
+// Accumulator vectors a tile may keep in registers, and the input rows of a register tile.
 #if HWY_TARGET <= HWY_AVX3
 inline constexpr int kMaxR = 4;  // 32 vector registers: 4 × 4 accumulators + rows' x + weights
+inline constexpr int kAccBudget = 16;
 #else
 inline constexpr int kMaxR = 2;
+inline constexpr int kAccBudget = 8;  // 16 registers on AVX2 (the narrower targets: tests only)
 #endif
 
 // 2^e as fp32 for a normal exponent (−126 <= e <= 127), by its bits.
@@ -94,7 +113,7 @@ HWY_INLINE float Pow2(int e) {
 
 // ---- per-format decoders. Scales<kO>(o0, kb, f1, f2) gives block kb's factors for rows
 // o0..o0+kO and returns true when the block needs the exact two-step path;
-// Decode<kBig>(d, p, f1, f2, g, v0, v1) gives positions [2gN, 2gN + N) and [2gN + N, 2gN + 2N)
+// Decode<kBig>(d, p, f1, f2, j, v0, v1) gives positions [jN, jN + N) and [16 + jN, 16 + jN + N)
 // of the block at p as exact fp32 weights.
 
 // FP8 e4m3 through IEEE binary16: fp16 bits = sign << 15 | (e4m3 & 0x7F) << 7 is the e4m3 value
@@ -118,11 +137,10 @@ struct Fp8Decoder {
     return hn::PromoteTo(d, hn::BitCast(dh, bits));
   }
   template <bool kBig>
-  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float f2, size_t g, VF& v0,
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float f2, size_t j, VF& v0,
                                 VF& v1) {
-    const size_t n = hn::Lanes(d);
-    const VF a = Widen(d, p + 2 * g * n);
-    const VF c = Widen(d, p + 2 * g * n + n);
+    const VF a = Widen(d, p + j * kN);
+    const VF c = Widen(d, p + kLanes + j * kN);
     if constexpr (kBig) {
       const VF k256 = hn::Set(d, 256.0f);
       const VF s = hn::Set(d, f2);
@@ -150,7 +168,8 @@ struct Fp8Decoder {
   }
 };
 
-// MXFP4: a group of N packed bytes holds N even elements (low nibbles) and N odd ones (high).
+// MXFP4: packed bytes [jN, jN + N) hold positions [jN, jN + N) (their low nibbles, even elements)
+// and [16 + jN, 16 + jN + N) (their high nibbles, odd elements).
 struct Mxfp4Decoder {
   static constexpr int64_t kBlockBytes = kBlock / 2;
   const uint8_t* weight;
@@ -161,7 +180,7 @@ struct Mxfp4Decoder {
 #if HWY_TARGET <= HWY_AVX3
   // 16 lanes: the nibble indexes a 16-entry fp32 table of e2m1 values times 2^(b−127).
   template <bool kBig>
-  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float /*f2*/, size_t /*g*/,
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float /*f2*/, size_t /*j*/,
                                 VF& v0, VF& v1) {
     static_assert(hn::MaxLanes(DF()) == 16);
     HWY_ALIGN static constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
@@ -200,11 +219,11 @@ struct Mxfp4Decoder {
     return hn::PromoteTo(d, hn::BitCast(dh, bits));
   }
   template <bool kBig>
-  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float f2, size_t g, VF& v0,
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float f2, size_t j, VF& v0,
                                 VF& v1) {
     const hn::Rebind<uint8_t, DF> d8;
     const hn::Rebind<uint16_t, DF> d16;
-    const auto v = hn::PromoteTo(d16, hn::LoadU(d8, p + g * hn::Lanes(d)));
+    const auto v = hn::PromoteTo(d16, hn::LoadU(d8, p + j * kN));
     const VF a = Widen(d, hn::And(v, hn::Set(d16, uint16_t{0xF})));
     const VF c = Widen(d, hn::ShiftRight<4>(v));
     if constexpr (kBig) {
@@ -245,10 +264,9 @@ struct Bf16Decoder {
     return hn::BitCast(d, hn::ShiftLeft<16>(v));
   }
   template <bool kBig>
-  static HWY_INLINE void Decode(DF d, const uint8_t* p, float, float, size_t g, VF& v0, VF& v1) {
-    const size_t n = hn::Lanes(d);
-    v0 = Widen(d, p + 2 * (2 * g * n));
-    v1 = Widen(d, p + 2 * (2 * g * n + n));
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float, float, size_t j, VF& v0, VF& v1) {
+    v0 = Widen(d, p + 2 * (j * kN));
+    v1 = Widen(d, p + 2 * (kLanes + j * kN));
   }
   template <int kO>
   HWY_INLINE bool Scales(int64_t, int64_t, float*, float*) const {
@@ -262,10 +280,9 @@ struct F32Decoder {
   int64_t row_bytes;
 
   template <bool kBig>
-  static HWY_INLINE void Decode(DF d, const uint8_t* p, float, float, size_t g, VF& v0, VF& v1) {
-    const size_t n = hn::Lanes(d);
-    v0 = hn::LoadU(d, reinterpret_cast<const float*>(p) + 2 * g * n);
-    v1 = hn::LoadU(d, reinterpret_cast<const float*>(p) + 2 * g * n + n);
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float, float, size_t j, VF& v0, VF& v1) {
+    v0 = hn::LoadU(d, reinterpret_cast<const float*>(p) + j * kN);
+    v1 = hn::LoadU(d, reinterpret_cast<const float*>(p) + kLanes + j * kN);
   }
   template <int kO>
   HWY_INLINE bool Scales(int64_t, int64_t, float*, float*) const {
@@ -306,24 +323,25 @@ HWY_INLINE void BlockPointers(const Decoder& dec, const Args& a, int64_t o0, int
 template <int kO, int kR, class Decoder>
 HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) {
   const DF d;
-  const size_t n = hn::Lanes(d);
-  const size_t groups = static_cast<size_t>(kBlock) / (2 * n);
   const int64_t blocks = a.stride / kBlock;
-  HWY_ALIGN double sums[kO][kR][hn::MaxLanes(DF())];
+  HWY_ALIGN double sums[kO][kR][kLanes];
   DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
     DSV41_UNROLL
-    for (int r = 0; r < kR; ++r) std::fill_n(sums[o][r], n, 0.0);
+    for (int r = 0; r < kR; ++r) std::fill_n(sums[o][r], kLanes, 0.0);
   }
   const float* x0 = a.x + r0 * a.stride;
   HWY_ALIGN uint8_t tails[kO][Decoder::kBlockBytes];
   for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
     const int64_t kb_end = std::min(blocks, kb0 + kChunkBlocks);
-    VF acc[kO][kR];
+    VF acc[kO][kR][kVecs];
     DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
       DSV41_UNROLL
-      for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
+      for (int r = 0; r < kR; ++r) {
+        DSV41_UNROLL
+        for (size_t j = 0; j < kVecs; ++j) acc[o][r][j] = hn::Zero(d);
+      }
     }
     for (int64_t kb = kb0; kb < kb_end; ++kb) {
       const uint8_t* p[kO];
@@ -335,25 +353,26 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
       float f1[kO], f2[kO];
       const bool big = dec.template Scales<kO>(o0, kb, f1, f2);
       const float* xb = x0 + kb * kBlock;
-      for (size_t g = 0; g < groups; ++g) {
+      DSV41_UNROLL
+      for (size_t j = 0; j < kVecs; ++j) {
         VF x0v[kR], x1v[kR];
         DSV41_UNROLL
         for (int r = 0; r < kR; ++r) {
-          x0v[r] = hn::LoadU(d, xb + r * a.stride + 2 * g * n);
-          x1v[r] = hn::LoadU(d, xb + r * a.stride + 2 * g * n + n);
+          x0v[r] = hn::LoadU(d, xb + r * a.stride + j * kN);
+          x1v[r] = hn::LoadU(d, xb + r * a.stride + kLanes + j * kN);
         }
         DSV41_UNROLL
         for (int o = 0; o < kO; ++o) {
           VF v0, v1;
           if (HWY_UNLIKELY(big)) {
-            Decoder::template Decode<true>(d, p[o], f1[o], f2[o], g, v0, v1);
+            Decoder::template Decode<true>(d, p[o], f1[o], f2[o], j, v0, v1);
           } else {
-            Decoder::template Decode<false>(d, p[o], f1[o], f2[o], g, v0, v1);
+            Decoder::template Decode<false>(d, p[o], f1[o], f2[o], j, v0, v1);
           }
           DSV41_UNROLL
           for (int r = 0; r < kR; ++r) {
-            acc[o][r] = hn::MulAdd(v0, x0v[r], acc[o][r]);
-            acc[o][r] = hn::MulAdd(v1, x1v[r], acc[o][r]);
+            acc[o][r][j] = hn::MulAdd(v0, x0v[r], acc[o][r][j]);
+            acc[o][r][j] = hn::MulAdd(v1, x1v[r], acc[o][r][j]);
           }
         }
       }
@@ -361,7 +380,10 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
     DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
       DSV41_UNROLL
-      for (int r = 0; r < kR; ++r) Flush(acc[o][r], sums[o][r]);
+      for (int r = 0; r < kR; ++r) {
+        DSV41_UNROLL
+        for (size_t j = 0; j < kVecs; ++j) Flush(acc[o][r][j], sums[o][r] + j * kN);
+      }
     }
   }
   DSV41_UNROLL
@@ -371,18 +393,29 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
   }
 }
 
+// Tile<kO, kR>, as output tiles narrow enough for the target's registers (the same chains).
+template <int kO, int kR, class Decoder>
+HWY_INLINE void FittedTile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) {
+  if constexpr (kO > 1 && kO * kR * static_cast<int>(kVecs) > kAccBudget) {
+    FittedTile<kO / 2, kR>(dec, a, o0, r0);
+    FittedTile<kO - kO / 2, kR>(dec, a, o0 + kO / 2, r0);
+  } else {
+    Tile<kO, kR>(dec, a, o0, r0);
+  }
+}
+
 template <int kO, class Decoder>
 HWY_INLINE void RowTiles(const Decoder& dec, const Args& a, int64_t o0) {
   int64_t r = 0;
   if constexpr (kMaxR >= 4) {
-    for (; r + 4 <= a.rows; r += 4) Tile<kO, 4>(dec, a, o0, r);
+    for (; r + 4 <= a.rows; r += 4) FittedTile<kO, 4>(dec, a, o0, r);
     if (a.rows - r == 3) {
-      Tile<kO, 3>(dec, a, o0, r);
+      FittedTile<kO, 3>(dec, a, o0, r);
       return;
     }
   }
-  for (; r + 2 <= a.rows; r += 2) Tile<kO, 2>(dec, a, o0, r);
-  if (r < a.rows) Tile<kO, 1>(dec, a, o0, r);
+  for (; r + 2 <= a.rows; r += 2) FittedTile<kO, 2>(dec, a, o0, r);
+  if (r < a.rows) FittedTile<kO, 1>(dec, a, o0, r);
 }
 
 // ---- buffered: many input rows -----------------------------------------------------------------
@@ -394,8 +427,6 @@ template <int kO, class Decoder>
 HWY_INLINE void DecodeChunk(const Decoder& dec, const Args& a, int64_t o0, int64_t kb0, int64_t nb,
                             float* wbuf) {
   const DF d;
-  const size_t n = hn::Lanes(d);
-  const size_t groups = static_cast<size_t>(kBlock) / (2 * n);
   HWY_ALIGN uint8_t tails[kO][Decoder::kBlockBytes];
   for (int64_t kb = kb0; kb < kb0 + nb; ++kb) {
     const uint8_t* p[kO];
@@ -406,83 +437,102 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const Args& a, int64_t o0, int64
     for (int o = 0; o < kO; ++o) {
       linear_internal::PrefetchWeights(p[o] + linear_internal::kPrefetchBytes);
       float* dst = wbuf + o * kChunk + (kb - kb0) * kBlock;
-      for (size_t g = 0; g < groups; ++g) {
+      DSV41_UNROLL
+      for (size_t j = 0; j < kVecs; ++j) {
         VF v0, v1;
         if (HWY_UNLIKELY(big)) {
-          Decoder::template Decode<true>(d, p[o], f1[o], f2[o], g, v0, v1);
+          Decoder::template Decode<true>(d, p[o], f1[o], f2[o], j, v0, v1);
         } else {
-          Decoder::template Decode<false>(d, p[o], f1[o], f2[o], g, v0, v1);
+          Decoder::template Decode<false>(d, p[o], f1[o], f2[o], j, v0, v1);
         }
-        hn::Store(v0, d, dst + 2 * g * n);
-        hn::Store(v1, d, dst + 2 * g * n + n);
+        hn::Store(v0, d, dst + j * kN);
+        hn::Store(v1, d, dst + kLanes + j * kN);
       }
     }
   }
 }
 
-// Rows r0..r0+kR of the chunk (nb blocks from block kb0), flushed into the fp64 lane sums
-// sumbuf[(o · kRowBlock + r − row_base) · N].
+// Buffered outputs o_first..o_first+kO × rows r0..r0+kR of the chunk (nb blocks from block kb0),
+// flushed into the fp64 lane sums sumbuf[(o · kRowBlock + r − row_base) · 16]. The vectors of
+// the 16 lanes are independent chains, so each runs over the whole chunk in turn (kO · kR
+// accumulators at a time).
 template <int kO, int kR>
 HWY_INLINE void ChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t nb, int64_t r0,
-                         int64_t row_base, double* sumbuf) {
+                         int64_t row_base, double* sumbuf, int o_first) {
   const DF d;
-  const size_t n = hn::Lanes(d);
-  VF acc[kO][kR];
-  DSV41_UNROLL
-  for (int o = 0; o < kO; ++o) {
-    DSV41_UNROLL
-    for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
-  }
   const float* x0 = a.x + r0 * a.stride + kb0 * kBlock;
+  const float* w0 = wbuf + o_first * kChunk;
   const size_t positions = static_cast<size_t>(nb * kBlock);
-  for (size_t k = 0; k < positions; k += 2 * n) {
-    VF x0v[kR], x1v[kR];
+  for (size_t j = 0; j < kVecs; ++j) {
+    VF acc[kO][kR];
     DSV41_UNROLL
-    for (int r = 0; r < kR; ++r) {
-      x0v[r] = hn::LoadU(d, x0 + r * a.stride + k);
-      x1v[r] = hn::LoadU(d, x0 + r * a.stride + k + n);
+    for (int o = 0; o < kO; ++o) {
+      DSV41_UNROLL
+      for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
+    }
+    for (size_t k = j * kN; k < positions; k += kBlock) {
+      VF x0v[kR], x1v[kR];
+      DSV41_UNROLL
+      for (int r = 0; r < kR; ++r) {
+        x0v[r] = hn::LoadU(d, x0 + r * a.stride + k);
+        x1v[r] = hn::LoadU(d, x0 + r * a.stride + k + kLanes);
+      }
+      DSV41_UNROLL
+      for (int o = 0; o < kO; ++o) {
+        const VF v0 = hn::Load(d, w0 + o * kChunk + k);
+        const VF v1 = hn::Load(d, w0 + o * kChunk + k + kLanes);
+        DSV41_UNROLL
+        for (int r = 0; r < kR; ++r) {
+          acc[o][r] = hn::MulAdd(v0, x0v[r], acc[o][r]);
+          acc[o][r] = hn::MulAdd(v1, x1v[r], acc[o][r]);
+        }
+      }
     }
     DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
-      const VF v0 = hn::Load(d, wbuf + o * kChunk + k);
-      const VF v1 = hn::Load(d, wbuf + o * kChunk + k + n);
       DSV41_UNROLL
       for (int r = 0; r < kR; ++r) {
-        acc[o][r] = hn::MulAdd(v0, x0v[r], acc[o][r]);
-        acc[o][r] = hn::MulAdd(v1, x1v[r], acc[o][r]);
+        Flush(acc[o][r],
+              sumbuf + ((o_first + o) * kRowBlock + r0 + r - row_base) * kLanes + j * kN);
       }
     }
   }
-  DSV41_UNROLL
-  for (int o = 0; o < kO; ++o) {
-    DSV41_UNROLL
-    for (int r = 0; r < kR; ++r) Flush(acc[o][r], sumbuf + (o * kRowBlock + r0 + r - row_base) * n);
+}
+
+// ChunkFma<kO, kR>, as output tiles narrow enough for the target's registers.
+template <int kO, int kR>
+HWY_INLINE void FittedChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t nb,
+                               int64_t r0, int64_t row_base, double* sumbuf, int o_first = 0) {
+  if constexpr (kO > 1 && kO * kR > kAccBudget) {
+    FittedChunkFma<kO / 2, kR>(a, wbuf, kb0, nb, r0, row_base, sumbuf, o_first);
+    FittedChunkFma<kO - kO / 2, kR>(a, wbuf, kb0, nb, r0, row_base, sumbuf, o_first + kO / 2);
+  } else {
+    ChunkFma<kO, kR>(a, wbuf, kb0, nb, r0, row_base, sumbuf, o_first);
   }
 }
 
 template <int kO, class Decoder>
 HWY_INLINE void BufferedTile(const Decoder& dec, const Args& a, int64_t o0, int64_t row_base,
                              int64_t row_end, float* wbuf, double* sumbuf) {
-  const DF d;
-  const size_t n = hn::Lanes(d);
   const int64_t blocks = a.stride / kBlock;
   // Only the sums of this block's rows are used (a decode batch fills few of kRowBlock).
   for (int o = 0; o < kO; ++o) {
-    std::fill_n(sumbuf + o * kRowBlock * n, static_cast<size_t>(row_end - row_base) * n, 0.0);
+    std::fill_n(sumbuf + o * kRowBlock * kLanes, static_cast<size_t>(row_end - row_base) * kLanes,
+                0.0);
   }
   for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
     const int64_t nb = std::min(kChunkBlocks, blocks - kb0);
     DecodeChunk<kO>(dec, a, o0, kb0, nb, wbuf);
     int64_t r = row_base;
     for (; r + kMaxR <= row_end; r += kMaxR) {
-      ChunkFma<kO, kMaxR>(a, wbuf, kb0, nb, r, row_base, sumbuf);
+      FittedChunkFma<kO, kMaxR>(a, wbuf, kb0, nb, r, row_base, sumbuf);
     }
-    for (; r < row_end; ++r) ChunkFma<kO, 1>(a, wbuf, kb0, nb, r, row_base, sumbuf);
+    for (; r < row_end; ++r) FittedChunkFma<kO, 1>(a, wbuf, kb0, nb, r, row_base, sumbuf);
   }
   DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
     for (int64_t r = row_base; r < row_end; ++r) {
-      a.y[r * a.y_stride + o0 + o] = Finish(sumbuf + (o * kRowBlock + r - row_base) * n);
+      a.y[r * a.y_stride + o0 + o] = Finish(sumbuf + (o * kRowBlock + r - row_base) * kLanes);
     }
   }
 }
@@ -499,9 +549,8 @@ void RunOutputs(const Decoder& dec, const Args& a, int64_t o_begin, int64_t o_en
     for (; o < o_end; ++o) RowTiles<1>(dec, a, o);
     return;
   }
-  const DF d;
   HWY_ALIGN float wbuf[kO * kChunk];
-  HWY_ALIGN double sumbuf[kO * kRowBlock * hn::MaxLanes(d)];
+  HWY_ALIGN double sumbuf[kO * kRowBlock * kLanes];
   for (int64_t row_base = 0; row_base < a.rows; row_base += kRowBlock) {
     const int64_t row_end = std::min(a.rows, row_base + kRowBlock);
     int64_t t = o_begin;
@@ -529,24 +578,6 @@ void FmaOutputsSimd(const LinearWeight& w, const float* x, int64_t rows, int64_t
     case WeightFormat::kMxfp4:
       RunOutputs(Mxfp4Decoder{weight, w.in / 2, scale, w.in / kBlock}, a, o_begin, o_end);
       break;
-  }
-}
-
-// The positions of one MXFP4 32-block of a prepared row: for each group of N bytes, their even
-// elements, then their odd ones.
-void ReorderMxfp4(float* x, int64_t rows, int64_t stride) {
-  const size_t n = hn::Lanes(DF());
-  float tmp[kBlock];
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < stride; b += kBlock) {
-      float* block = x + r * stride + b;
-      size_t k = 0;
-      for (size_t g = 0; g < static_cast<size_t>(kBlock) / (2 * n); ++g) {
-        for (size_t i = 0; i < n; ++i) tmp[k++] = block[2 * (g * n + i)];
-        for (size_t i = 0; i < n; ++i) tmp[k++] = block[2 * (g * n + i) + 1];
-      }
-      std::copy(tmp, tmp + kBlock, block);
-    }
   }
 }
 
@@ -598,7 +629,6 @@ HWY_AFTER_NAMESPACE();
 namespace dsv41::linear_internal {
 HWY_EXPORT(FmaOutputsSimd);
 HWY_EXPORT(QuantizeActivationsSimd);
-HWY_EXPORT(ReorderMxfp4);
 
 int64_t FmaStride(const LinearWeight& w) { return NumTiles(w.in) * kBlock; }
 
@@ -613,8 +643,19 @@ void QuantizeActivations(float* x, int64_t rows, int64_t stride) {
   HWY_DYNAMIC_DISPATCH(QuantizeActivationsSimd)(x, rows, stride);
 }
 
+// The positions of each MXFP4 32-block of a prepared row: its even elements, then its odd ones.
 void FmaReorderMxfp4(float* x, int64_t rows, int64_t stride) {
-  HWY_DYNAMIC_DISPATCH(ReorderMxfp4)(x, rows, stride);
+  float tmp[kBlock];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < stride; b += kBlock) {
+      float* block = x + r * stride + b;
+      for (int64_t i = 0; i < kBlock / 2; ++i) {
+        tmp[i] = block[2 * i];
+        tmp[kBlock / 2 + i] = block[2 * i + 1];
+      }
+      std::copy(tmp, tmp + kBlock, block);
+    }
+  }
 }
 
 }  // namespace dsv41::linear_internal

@@ -788,9 +788,90 @@ TEST(LinearTest, JobsOfManySizesRunAsOneRegionLikeEachAlone) {
   }
 }
 
-// The kernels really differ: the accumulation order follows the vector width and the kernel, so
-// at least two give different bits on a dot product whose fp32 rounding errors show (guards
-// against the mock not dispatching). The products cancel exactly: x[512 + i] = −x[i] and
+// The fp64 lane sums l[0..15] of the fast kernels (bf16-dot, fp32-FMA) are added by one fixed
+// tree: v = l[i] + l[i + 8], then v[i] + v[i + 4], then + [i + 2], then [0] + [1].
+float LaneTreeModel(const double* l) {
+  double v[8], t[4], u[2];
+  for (int i = 0; i < 8; ++i) v[i] = l[i] + l[i + 8];
+  for (int i = 0; i < 4; ++i) t[i] = v[i] + v[i + 4];
+  for (int i = 0; i < 2; ++i) u[i] = t[i] + t[i + 2];
+  return static_cast<float>(u[0] + u[1]);
+}
+
+// The fp32-FMA kernel's order in scalar code, with `lanes` fp32 lanes (the kernel's is 16): per
+// chunk of 512 positions, lane l takes position l + k·lanes of each 32-block for k = 0, 1, ...;
+// at the chunk's end the lanes go into fp64 lane sums (lane l into sum l mod 16), which
+// LaneTreeModel adds. Positions are elements, or for MXFP4 a block's even elements then its odd
+// ones. w and x are one expanded weight row and one input row as the kernel sees them.
+float FmaOrderModel(const float* w, const float* x, int64_t in, bool mxfp4, int lanes) {
+  const int64_t padded = (in + 31) / 32 * 32;
+  std::vector<float> wp(padded, 0.0f), xp(padded, 0.0f);
+  for (int64_t i = 0; i < in; ++i) {
+    const int64_t block = i / 32 * 32, e = i % 32;
+    const int64_t pos = mxfp4 ? block + (e % 2) * 16 + e / 2 : i;
+    wp[pos] = w[i];
+    xp[pos] = x[i];
+  }
+  double sums[16] = {};
+  for (int64_t c = 0; c < padded; c += 512) {
+    std::vector<float> acc(lanes, 0.0f);
+    for (int64_t b = c; b < std::min(padded, c + 512); b += 32) {
+      for (int k = 0; k < 32; ++k) acc[k % lanes] = std::fma(wp[b + k], xp[b + k], acc[k % lanes]);
+    }
+    for (int l = 0; l < lanes; ++l) sums[l % 16] += acc[l];
+  }
+  return LaneTreeModel(sums);
+}
+
+// The fp32-FMA kernel gives its order's bits on every Highway target (AVX-512, AVX2, the 128-bit
+// and scalar ones), for the register tiles and the buffered path: one result per machine, not one
+// per vector width. Products are exact here (bf16 or fq8_b32 inputs), as in the model; |x| spreads
+// over 2^0..2^20 so that fp32 rounding shows, and the 8-lane order (AVX2's before) must differ
+// somewhere, or the input could not tell the orders apart.
+TEST(LinearTest, FmaKernelFollowsOneOrderOnEveryTarget) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> exponent(0, 20);
+  const int64_t out = 13, in = 640;  // two chunks; outputs past the 4-row tiles
+  for (const WeightFormat format :
+       {WeightFormat::kBf16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+    SCOPED_TRACE(Name(format));
+    const bool quantize = format != WeightFormat::kBf16;
+    const StoredWeight s = MakeWeight(format, out, in, 3, rng);
+    const std::vector<float> w = ExpandWeight(s);
+    for (const int64_t rows : {1, 2, 3, 5, 50}) {
+      SCOPED_TRACE("rows " + std::to_string(rows));
+      std::vector<float> x = RandomActivations(rows * in, rng);
+      for (float& v : x) v = Bf16Round(std::ldexp(v, exponent(rng)));
+      const std::vector<float> xq = ExpandActivations(x, rows, in, quantize);
+      std::vector<float> want(rows * out);
+      int orders_differ = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t o = 0; o < out; ++o) {
+          const bool mxfp4 = format == WeightFormat::kMxfp4;
+          want[r * out + o] = FmaOrderModel(&w[o * in], &xq[r * in], in, mxfp4, 16);
+          orders_differ +=
+              want[r * out + o] != FmaOrderModel(&w[o * in], &xq[r * in], in, mxfp4, 8);
+        }
+      }
+      EXPECT_GT(orders_differ, 0) << "the input does not tell 16 lanes from 8";
+      const LinearOptions options{.quantize_activations = quantize, .bf16_inputs = !quantize};
+      for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+        hwy::SetSupportedTargetsForTest(target);
+        SCOPED_TRACE(hwy::TargetName(target));
+        std::vector<float> y(rows * out, -7.0f);
+        RunLinear(s.View(), x, rows, y, options, Numerics::kFastFma);
+        for (int64_t i = 0; i < rows * out; ++i) {
+          ASSERT_EQ(y[i], want[i]) << "row " << i / out << " output " << i % out;
+        }
+      }
+      hwy::SetSupportedTargetsForTest(0);
+    }
+  }
+}
+
+// The kernels really differ: the accumulation order follows the kernel (fp32-FMA, bf16-dot, plain
+// fp32, AMX), so at least two give different bits on a dot product whose fp32 rounding errors
+// show. The products cancel exactly: x[512 + i] = −x[i] and
 // W[o, 512 + i] = W[o, i], with |x| spread over 2^0..2^20. The exact sum is 0; what each kernel
 // returns is the residue of its own rounding order.
 TEST(LinearTest, EveryKernelIsExercised) {
@@ -822,19 +903,10 @@ TEST(LinearTest, EveryKernelIsExercised) {
   EXPECT_TRUE(any_differs);
 }
 
-// The bf16-dot kernel's fp64 lane sums l[0..15] are added by one fixed tree — v = l[i] + l[i + 8],
-// then v[i] + v[i + 4], then + [i + 2], then [0] + [1] — however many outputs and rows a tile
-// finishes at once. One lane holds 2^53, a `partner` lane −2^53 and a third lane 1 (a product
-// pair each): whether the 1 survives depends on where the tree meets the three, which the
-// scalar model below says for every placement.
-float LaneTreeModel(const double* l) {
-  double v[8], t[4], u[2];
-  for (int i = 0; i < 8; ++i) v[i] = l[i] + l[i + 8];
-  for (int i = 0; i < 4; ++i) t[i] = v[i] + v[i + 4];
-  for (int i = 0; i < 2; ++i) u[i] = t[i] + t[i + 2];
-  return static_cast<float>(u[0] + u[1]);
-}
-
+// The bf16-dot kernel's fp64 lane sums l[0..15] are added by LaneTreeModel's tree however many
+// outputs and rows a tile finishes at once. One lane holds 2^53, a `partner` lane −2^53 and a
+// third lane 1 (a product pair each): whether the 1 survives depends on where the tree meets the
+// three, which the model says for every placement.
 TEST(LinearTest, Bf16DotLaneSumsFollowTheirTree) {
   if (!CpuHasBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or capped)";
   int ones_lost = 0;
