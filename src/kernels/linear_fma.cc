@@ -95,12 +95,16 @@ HWY_INLINE float Finish(const double* l) {
 }
 
 // Accumulator vectors a tile may keep in registers, and the input rows of a register tile.
+// The buffered path's row groups take their weights as memory operands: kO × kBufferedR
+// accumulators and kBufferedR rows' x in registers.
 #if HWY_TARGET <= HWY_AVX3
 inline constexpr int kMaxR = 4;  // 32 vector registers: 4 × 4 accumulators + rows' x + weights
 inline constexpr int kAccBudget = 16;
+inline constexpr int kBufferedR = 4;
 #else
 inline constexpr int kMaxR = 2;
 inline constexpr int kAccBudget = 8;  // 16 registers on AVX2 (the narrower targets: tests only)
+inline constexpr int kBufferedR = 3;  // 12 accumulators + 3 rows' x
 #endif
 
 // 2^e as fp32 for a normal exponent (−126 <= e <= 127), by its bits.
@@ -452,16 +456,15 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const Args& a, int64_t o0, int64
   }
 }
 
-// Buffered outputs o_first..o_first+kO × rows r0..r0+kR of the chunk (nb blocks from block kb0),
+// Buffered outputs 0..kO × rows r0..r0+kR of the chunk (nb blocks from block kb0),
 // flushed into the fp64 lane sums sumbuf[(o · kRowBlock + r − row_base) · 16]. The vectors of
 // the 16 lanes are independent chains, so each runs over the whole chunk in turn (kO · kR
 // accumulators at a time).
 template <int kO, int kR>
 HWY_INLINE void ChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t nb, int64_t r0,
-                         int64_t row_base, double* sumbuf, int o_first) {
+                         int64_t row_base, double* sumbuf) {
   const DF d;
   const float* x0 = a.x + r0 * a.stride + kb0 * kBlock;
-  const float* w0 = wbuf + o_first * kChunk;
   const size_t positions = static_cast<size_t>(nb * kBlock);
   for (size_t j = 0; j < kVecs; ++j) {
     VF acc[kO][kR];
@@ -471,20 +474,17 @@ HWY_INLINE void ChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t 
       for (int r = 0; r < kR; ++r) acc[o][r] = hn::Zero(d);
     }
     for (size_t k = j * kN; k < positions; k += kBlock) {
-      VF x0v[kR], x1v[kR];
+      // Positions k.. and then k + 16.. of every pair.
       DSV41_UNROLL
-      for (int r = 0; r < kR; ++r) {
-        x0v[r] = hn::LoadU(d, x0 + r * a.stride + k);
-        x1v[r] = hn::LoadU(d, x0 + r * a.stride + k + kLanes);
-      }
-      DSV41_UNROLL
-      for (int o = 0; o < kO; ++o) {
-        const VF v0 = hn::Load(d, w0 + o * kChunk + k);
-        const VF v1 = hn::Load(d, w0 + o * kChunk + k + kLanes);
+      for (size_t half = 0; half < 2 * kLanes; half += kLanes) {
+        VF xv[kR];
         DSV41_UNROLL
-        for (int r = 0; r < kR; ++r) {
-          acc[o][r] = hn::MulAdd(v0, x0v[r], acc[o][r]);
-          acc[o][r] = hn::MulAdd(v1, x1v[r], acc[o][r]);
+        for (int r = 0; r < kR; ++r) xv[r] = hn::LoadU(d, x0 + r * a.stride + k + half);
+        DSV41_UNROLL
+        for (int o = 0; o < kO; ++o) {
+          const VF v = hn::Load(d, wbuf + o * kChunk + k + half);
+          DSV41_UNROLL
+          for (int r = 0; r < kR; ++r) acc[o][r] = hn::MulAdd(v, xv[r], acc[o][r]);
         }
       }
     }
@@ -492,22 +492,9 @@ HWY_INLINE void ChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t 
     for (int o = 0; o < kO; ++o) {
       DSV41_UNROLL
       for (int r = 0; r < kR; ++r) {
-        Flush(acc[o][r],
-              sumbuf + ((o_first + o) * kRowBlock + r0 + r - row_base) * kLanes + j * kN);
+        Flush(acc[o][r], sumbuf + (o * kRowBlock + r0 + r - row_base) * kLanes + j * kN);
       }
     }
-  }
-}
-
-// ChunkFma<kO, kR>, as output tiles narrow enough for the target's registers.
-template <int kO, int kR>
-HWY_INLINE void FittedChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t nb,
-                               int64_t r0, int64_t row_base, double* sumbuf, int o_first = 0) {
-  if constexpr (kO > 1 && kO * kR > kAccBudget) {
-    FittedChunkFma<kO / 2, kR>(a, wbuf, kb0, nb, r0, row_base, sumbuf, o_first);
-    FittedChunkFma<kO - kO / 2, kR>(a, wbuf, kb0, nb, r0, row_base, sumbuf, o_first + kO / 2);
-  } else {
-    ChunkFma<kO, kR>(a, wbuf, kb0, nb, r0, row_base, sumbuf, o_first);
   }
 }
 
@@ -524,10 +511,14 @@ HWY_INLINE void BufferedTile(const Decoder& dec, const Args& a, int64_t o0, int6
     const int64_t nb = std::min(kChunkBlocks, blocks - kb0);
     DecodeChunk<kO>(dec, a, o0, kb0, nb, wbuf);
     int64_t r = row_base;
-    for (; r + kMaxR <= row_end; r += kMaxR) {
-      FittedChunkFma<kO, kMaxR>(a, wbuf, kb0, nb, r, row_base, sumbuf);
+    for (; r + kBufferedR <= row_end; r += kBufferedR) {
+      ChunkFma<kO, kBufferedR>(a, wbuf, kb0, nb, r, row_base, sumbuf);
     }
-    for (; r < row_end; ++r) FittedChunkFma<kO, 1>(a, wbuf, kb0, nb, r, row_base, sumbuf);
+    if (row_end - r >= 2) {
+      ChunkFma<kO, 2>(a, wbuf, kb0, nb, r, row_base, sumbuf);
+      r += 2;
+    }
+    if (r < row_end) ChunkFma<kO, 1>(a, wbuf, kb0, nb, r, row_base, sumbuf);
   }
   DSV41_UNROLL
   for (int o = 0; o < kO; ++o) {
