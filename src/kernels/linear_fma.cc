@@ -181,25 +181,42 @@ struct Mxfp4Decoder {
   const uint8_t* scale;
   int64_t blocks_in;
 
-#if HWY_TARGET <= HWY_AVX3
-  // 16 lanes: the nibble indexes a 16-entry fp32 table of e2m1 values times 2^(b−127).
+#if HWY_TARGET <= HWY_AVX2
+  // Table lookups of e2m1 values times the block scale 2^(b−127) (exact: a power of two), built
+  // once per Decode.
   template <bool kBig>
-  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float /*f2*/, size_t /*j*/,
-                                VF& v0, VF& v1) {
-    static_assert(hn::MaxLanes(DF()) == 16);
-    HWY_ALIGN static constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
-                                                  4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
-                                                  -2.0f, -3.0f, -4.0f, -6.0f};
+  static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float /*f2*/, size_t j, VF& v0,
+                                VF& v1) {
     const hn::Rebind<uint8_t, DF> d8;
     const hn::RebindToUnsigned<DF> du;
     const hn::RebindToSigned<DF> di;
-    // The table times the block scale (exact: e2m1 values times a power of two), then looked up.
+    const auto v = hn::PromoteTo(du, hn::LoadU(d8, p + j * kN));
+#if HWY_TARGET <= HWY_AVX3
+    // 16 lanes: the nibble indexes the 16 signed values.
+    static_assert(kN == 16);
+    HWY_ALIGN static constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+                                                  4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+                                                  -2.0f, -3.0f, -4.0f, -6.0f};
     const VF table = hn::Mul(hn::Load(d, kE2m1), hn::Set(d, f1));
-    const auto v = hn::PromoteTo(du, hn::LoadU(d8, p));
     const auto nlo = hn::BitCast(di, hn::And(v, hn::Set(du, 0xFu)));
     const auto nhi = hn::BitCast(di, hn::ShiftRight<4>(v));
     v0 = hn::TableLookupLanes(table, hn::IndicesFromVec(d, nlo));
     v1 = hn::TableLookupLanes(table, hn::IndicesFromVec(d, nhi));
+#else
+    // 8 lanes: the nibble's magnitude bits index the 8 magnitudes, its top bit is the sign.
+    static_assert(kN == 8);
+    HWY_ALIGN static constexpr float kE2m1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f,
+                                                           2.0f, 3.0f, 4.0f, 6.0f};
+    const VF table = hn::Mul(hn::Load(d, kE2m1Magnitudes), hn::Set(d, f1));
+    const auto seven = hn::Set(du, 7u);
+    const auto top = hn::Set(du, 0x80000000u);
+    const auto mlo = hn::BitCast(di, hn::And(v, seven));
+    const auto mhi = hn::BitCast(di, hn::And(hn::ShiftRight<4>(v), seven));
+    const auto slo = hn::BitCast(d, hn::And(hn::ShiftLeft<28>(v), top));
+    const auto shi = hn::BitCast(d, hn::And(hn::ShiftLeft<24>(v), top));
+    v0 = hn::Xor(hn::TableLookupLanes(table, hn::IndicesFromVec(d, mlo)), slo);
+    v1 = hn::Xor(hn::TableLookupLanes(table, hn::IndicesFromVec(d, mhi)), shi);
+#endif
   }
   template <int kO>
   HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
