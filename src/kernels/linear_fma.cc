@@ -62,36 +62,75 @@ using VD = hn::Vec<DD>;
 inline constexpr int64_t kChunkBlocks = 16;
 inline constexpr int64_t kChunk = kChunkBlocks * kBlock;
 
-// Adds the N fp32 lanes of acc into N of the pair's fp64 lane sums (kept in memory).
-HWY_INLINE void Flush(VF acc, double* sums) {
+// Adds the N fp32 lanes of acc into N of the pair's fp64 lane sums (kept in memory); the first
+// chunk's lanes are stored instead (the same bits as adding them to zeros: an fp32 accumulator is
+// never −0).
+HWY_INLINE void Flush(VF acc, double* sums, bool first) {
   const DD dd;
   const size_t nd = hn::Lanes(dd);
 #if HWY_TARGET == HWY_SCALAR
-  hn::Store(hn::Add(hn::Load(dd, sums), hn::PromoteTo(dd, acc)), dd, sums);
-  (void)nd;
+  const VD parts[kParts] = {hn::PromoteTo(dd, acc)};
 #else
-  hn::Store(hn::Add(hn::Load(dd, sums), hn::PromoteTo(dd, hn::LowerHalf(DH(), acc))), dd, sums);
-  hn::Store(hn::Add(hn::Load(dd, sums + nd), hn::PromoteTo(dd, hn::UpperHalf(DH(), acc))), dd,
-            sums + nd);
+  const VD parts[kParts] = {hn::PromoteTo(dd, hn::LowerHalf(DH(), acc)),
+                            hn::PromoteTo(dd, hn::UpperHalf(DH(), acc))};
+#endif
+  DSV41_UNROLL
+  for (int k = 0; k < kParts; ++k) {
+    double* dst = sums + k * nd;
+    hn::Store(first ? parts[k] : hn::Add(hn::Load(dd, dst), parts[k]), dd, dst);
+  }
+}
+
+// Adds the lanes of v by halves: lanes i and i + n/2, then again, down to one.
+template <class D>
+HWY_INLINE double HalvingSum(D d, hn::Vec<D> v) {
+#if HWY_TARGET == HWY_SCALAR
+  return hn::GetLane(v);
+#else
+  if constexpr (hn::MaxLanes(d) == 1) {
+    return hn::GetLane(v);
+  } else {
+    const hn::Half<D> dh;
+    return HalvingSum(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  }
 #endif
 }
 
 // The pair's result: its 16 fp64 lane sums l added by one tree — v[i] = l[i] + l[i + 8], then
-// t[i] = v[i] + v[i + 4], u[i] = t[i] + t[i + 2], u[0] + u[1] — rounded once.
-HWY_INLINE float Finish(const double* l) {
-#if HWY_TARGET <= HWY_AVX2
-  const hn::FixedTag<double, 4> d4;
-  const hn::FixedTag<double, 2> d2;
-  const auto t = hn::Add(hn::Add(hn::Load(d4, l), hn::Load(d4, l + 8)),
-                         hn::Add(hn::Load(d4, l + 4), hn::Load(d4, l + 12)));
-  const auto u = hn::Add(hn::LowerHalf(d2, t), hn::UpperHalf(d2, t));
-  return static_cast<float>(hn::GetLane(u) + hn::ExtractLane(u, 1));
+// t[i] = v[i] + v[i + 4], u[i] = t[i] + t[i + 2], u[0] + u[1] — rounded once. The sums are
+// kParts · kVecs vectors of consecutive lanes: adding the upper half of them to the lower half
+// until one is left, then its lanes by halves, is that tree on every target.
+HWY_INLINE float TreeSum(VD (&parts)[kParts * kVecs]) {
+  DSV41_UNROLL
+  for (size_t n = kParts * kVecs; n > 1; n /= 2) {
+    DSV41_UNROLL
+    for (size_t k = 0; k < n / 2; ++k) parts[k] = hn::Add(parts[k], parts[k + n / 2]);
+  }
+  return static_cast<float>(HalvingSum(DD(), parts[0]));
+}
+
+// The last chunk of a pair: its last vector's lanes (the pair's lanes [16 − N, 16)) in acc, the
+// other vectors' already flushed into sums; Flush of acc, then Finish, without storing the sums.
+HWY_INLINE float FlushFinish(VF acc, const double* sums, bool first) {
+  const DD dd;
+  const size_t nd = hn::Lanes(dd);
+  VD parts[kParts * kVecs];
+  constexpr size_t kFlushed = kParts * (kVecs - 1);
+  DSV41_UNROLL
+  for (size_t k = 0; k < kFlushed; ++k) parts[k] = hn::Load(dd, sums + k * nd);
+#if HWY_TARGET == HWY_SCALAR
+  parts[kFlushed] = hn::PromoteTo(dd, acc);
 #else
-  double v[8], t[4];
-  for (int i = 0; i < 8; ++i) v[i] = l[i] + l[i + 8];
-  for (int i = 0; i < 4; ++i) t[i] = v[i] + v[i + 4];
-  return static_cast<float>((t[0] + t[2]) + (t[1] + t[3]));
+  parts[kFlushed] = hn::PromoteTo(dd, hn::LowerHalf(DH(), acc));
+  parts[kFlushed + 1] = hn::PromoteTo(dd, hn::UpperHalf(DH(), acc));
 #endif
+  if (!first) {
+    DSV41_UNROLL
+    for (size_t k = kFlushed; k < kFlushed + kParts; ++k) {
+      parts[k] = hn::Add(hn::Load(dd, sums + k * nd), parts[k]);
+    }
+  }
+  return TreeSum(parts);
 }
 
 // Accumulator vectors a tile may keep in registers, and the input rows of a register tile.
@@ -341,20 +380,22 @@ HWY_INLINE void BlockPointers(const Decoder& dec, const Args& a, int64_t o0, int
 }
 
 // ---- register tile: output rows o0..o0+kO × input rows r0..r0+kR, all of K ---------------------
+// The first chunk's Flush stores every lane sum before any is read; GCC does not follow the flag.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 template <int kO, int kR, class Decoder>
 HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) {
   const DF d;
   const int64_t blocks = a.stride / kBlock;
   HWY_ALIGN double sums[kO][kR][kLanes];
-  DSV41_UNROLL
-  for (int o = 0; o < kO; ++o) {
-    DSV41_UNROLL
-    for (int r = 0; r < kR; ++r) std::fill_n(sums[o][r], kLanes, 0.0);
-  }
   const float* x0 = a.x + r0 * a.stride;
   HWY_ALIGN uint8_t tails[kO][Decoder::kBlockBytes];
   for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
     const int64_t kb_end = std::min(blocks, kb0 + kChunkBlocks);
+    const bool first = kb0 == 0;
+    const bool last = kb_end == blocks;
     VF acc[kO][kR][kVecs];
     DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
@@ -403,16 +444,21 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
       DSV41_UNROLL
       for (int r = 0; r < kR; ++r) {
         DSV41_UNROLL
-        for (size_t j = 0; j < kVecs; ++j) Flush(acc[o][r][j], sums[o][r] + j * kN);
+        for (size_t j = 0; j + 1 < kVecs; ++j) Flush(acc[o][r][j], sums[o][r] + j * kN, first);
+        if (last) {
+          a.y[(r0 + r) * a.y_stride + o0 + o] =
+              FlushFinish(acc[o][r][kVecs - 1], sums[o][r], first);
+        } else {
+          Flush(acc[o][r][kVecs - 1], sums[o][r] + (kVecs - 1) * kN, first);
+        }
       }
     }
   }
-  DSV41_UNROLL
-  for (int o = 0; o < kO; ++o) {
-    DSV41_UNROLL
-    for (int r = 0; r < kR; ++r) a.y[(r0 + r) * a.y_stride + o0 + o] = Finish(sums[o][r]);
-  }
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 // Tile<kO, kR>, as output tiles narrow enough for the target's registers (the same chains).
 template <int kO, int kR, class Decoder>
@@ -473,13 +519,13 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const Args& a, int64_t o0, int64
   }
 }
 
-// Buffered outputs 0..kO × rows r0..r0+kR of the chunk (nb blocks from block kb0),
-// flushed into the fp64 lane sums sumbuf[(o · kRowBlock + r − row_base) · 16]. The vectors of
-// the 16 lanes are independent chains, so each runs over the whole chunk in turn (kO · kR
-// accumulators at a time).
+// Buffered outputs o0..o0+kO × rows r0..r0+kR of the chunk (nb blocks from block kb0),
+// flushed into the fp64 lane sums sumbuf[(o · kRowBlock + r − row_base) · 16] (stored by the
+// first chunk; the last chunk's results go to y). The vectors of the 16 lanes are independent
+// chains, so each runs over the whole chunk in turn (kO · kR accumulators at a time).
 template <int kO, int kR>
-HWY_INLINE void ChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t nb, int64_t r0,
-                         int64_t row_base, double* sumbuf) {
+HWY_INLINE void ChunkFma(const Args& a, const float* wbuf, int64_t o0, int64_t kb0, int64_t nb,
+                         bool first, bool last, int64_t r0, int64_t row_base, double* sumbuf) {
   const DF d;
   const float* x0 = a.x + r0 * a.stride + kb0 * kBlock;
   const size_t positions = static_cast<size_t>(nb * kBlock);
@@ -509,7 +555,12 @@ HWY_INLINE void ChunkFma(const Args& a, const float* wbuf, int64_t kb0, int64_t 
     for (int o = 0; o < kO; ++o) {
       DSV41_UNROLL
       for (int r = 0; r < kR; ++r) {
-        Flush(acc[o][r], sumbuf + (o * kRowBlock + r0 + r - row_base) * kLanes + j * kN);
+        double* sums = sumbuf + (o * kRowBlock + r0 + r - row_base) * kLanes;
+        if (last && j + 1 == kVecs) {
+          a.y[(r0 + r) * a.y_stride + o0 + o] = FlushFinish(acc[o][r], sums, first);
+        } else {
+          Flush(acc[o][r], sums + j * kN, first);
+        }
       }
     }
   }
@@ -519,29 +570,20 @@ template <int kO, class Decoder>
 HWY_INLINE void BufferedTile(const Decoder& dec, const Args& a, int64_t o0, int64_t row_base,
                              int64_t row_end, float* wbuf, double* sumbuf) {
   const int64_t blocks = a.stride / kBlock;
-  // Only the sums of this block's rows are used (a decode batch fills few of kRowBlock).
-  for (int o = 0; o < kO; ++o) {
-    std::fill_n(sumbuf + o * kRowBlock * kLanes, static_cast<size_t>(row_end - row_base) * kLanes,
-                0.0);
-  }
   for (int64_t kb0 = 0; kb0 < blocks; kb0 += kChunkBlocks) {
     const int64_t nb = std::min(kChunkBlocks, blocks - kb0);
+    const bool first = kb0 == 0;
+    const bool last = kb0 + nb == blocks;
     DecodeChunk<kO>(dec, a, o0, kb0, nb, wbuf);
     int64_t r = row_base;
     for (; r + kBufferedR <= row_end; r += kBufferedR) {
-      ChunkFma<kO, kBufferedR>(a, wbuf, kb0, nb, r, row_base, sumbuf);
+      ChunkFma<kO, kBufferedR>(a, wbuf, o0, kb0, nb, first, last, r, row_base, sumbuf);
     }
     if (row_end - r >= 2) {
-      ChunkFma<kO, 2>(a, wbuf, kb0, nb, r, row_base, sumbuf);
+      ChunkFma<kO, 2>(a, wbuf, o0, kb0, nb, first, last, r, row_base, sumbuf);
       r += 2;
     }
-    if (r < row_end) ChunkFma<kO, 1>(a, wbuf, kb0, nb, r, row_base, sumbuf);
-  }
-  DSV41_UNROLL
-  for (int o = 0; o < kO; ++o) {
-    for (int64_t r = row_base; r < row_end; ++r) {
-      a.y[r * a.y_stride + o0 + o] = Finish(sumbuf + (o * kRowBlock + r - row_base) * kLanes);
-    }
+    if (r < row_end) ChunkFma<kO, 1>(a, wbuf, o0, kb0, nb, first, last, r, row_base, sumbuf);
   }
 }
 
@@ -571,6 +613,11 @@ void RunOutputs(const Decoder& dec, const Args& a, int64_t o_begin, int64_t o_en
 void FmaOutputsSimd(const LinearWeight& w, const float* x, int64_t rows, int64_t stride,
                     int64_t o_begin, int64_t o_end, float* y, int64_t y_stride) {
   const Args a{&w, x, rows, stride, y, y_stride};
+  if (stride == 0) {  // in == 0: empty sums
+    for (int64_t r = 0; r < rows; ++r)
+      std::fill(y + r * y_stride + o_begin, y + r * y_stride + o_end, 0.0f);
+    return;
+  }
   const auto* weight = reinterpret_cast<const uint8_t*>(w.weight.data());
   const auto* scale = reinterpret_cast<const uint8_t*>(w.scale.data());
   switch (w.format) {

@@ -831,40 +831,43 @@ float FmaOrderModel(const float* w, const float* x, int64_t in, bool mxfp4, int 
 TEST(LinearTest, FmaKernelFollowsOneOrderOnEveryTarget) {
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> exponent(0, 20);
-  const int64_t out = 13, in = 640;  // two chunks; outputs past the 4-row tiles
-  for (const WeightFormat format :
-       {WeightFormat::kBf16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
-    SCOPED_TRACE(Name(format));
-    const bool quantize = format != WeightFormat::kBf16;
-    const StoredWeight s = MakeWeight(format, out, in, 3, rng);
-    const std::vector<float> w = ExpandWeight(s);
-    for (const int64_t rows : {1, 2, 3, 5, 50}) {
-      SCOPED_TRACE("rows " + std::to_string(rows));
-      std::vector<float> x = RandomActivations(rows * in, rng);
-      for (float& v : x) v = Bf16Round(std::ldexp(v, exponent(rng)));
-      const std::vector<float> xq = ExpandActivations(x, rows, in, quantize);
-      std::vector<float> want(rows * out);
-      int orders_differ = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t o = 0; o < out; ++o) {
-          const bool mxfp4 = format == WeightFormat::kMxfp4;
-          want[r * out + o] = FmaOrderModel(&w[o * in], &xq[r * in], in, mxfp4, 16);
-          orders_differ +=
-              want[r * out + o] != FmaOrderModel(&w[o * in], &xq[r * in], in, mxfp4, 8);
+  const int64_t out = 13;  // outputs past the 4-row tiles
+  // Two chunks (the first stores its lane sums, the last adds and finishes), and one chunk (both).
+  for (const int64_t in : {640, 96}) {
+    for (const WeightFormat format :
+         {WeightFormat::kBf16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+      SCOPED_TRACE(Name(format) + " in " + std::to_string(in));
+      const bool quantize = format != WeightFormat::kBf16;
+      const StoredWeight s = MakeWeight(format, out, in, 3, rng);
+      const std::vector<float> w = ExpandWeight(s);
+      for (const int64_t rows : {1, 2, 3, 5, 50}) {
+        SCOPED_TRACE("rows " + std::to_string(rows));
+        std::vector<float> x = RandomActivations(rows * in, rng);
+        for (float& v : x) v = Bf16Round(std::ldexp(v, exponent(rng)));
+        const std::vector<float> xq = ExpandActivations(x, rows, in, quantize);
+        std::vector<float> want(rows * out);
+        int orders_differ = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t o = 0; o < out; ++o) {
+            const bool mxfp4 = format == WeightFormat::kMxfp4;
+            want[r * out + o] = FmaOrderModel(&w[o * in], &xq[r * in], in, mxfp4, 16);
+            orders_differ +=
+                want[r * out + o] != FmaOrderModel(&w[o * in], &xq[r * in], in, mxfp4, 8);
+          }
         }
-      }
-      EXPECT_GT(orders_differ, 0) << "the input does not tell 16 lanes from 8";
-      const LinearOptions options{.quantize_activations = quantize, .bf16_inputs = !quantize};
-      for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(target);
-        SCOPED_TRACE(hwy::TargetName(target));
-        std::vector<float> y(rows * out, -7.0f);
-        RunLinear(s.View(), x, rows, y, options, Numerics::kFastFma);
-        for (int64_t i = 0; i < rows * out; ++i) {
-          ASSERT_EQ(y[i], want[i]) << "row " << i / out << " output " << i % out;
+        EXPECT_GT(orders_differ, 0) << "the input does not tell 16 lanes from 8";
+        const LinearOptions options{.quantize_activations = quantize, .bf16_inputs = !quantize};
+        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          hwy::SetSupportedTargetsForTest(target);
+          SCOPED_TRACE(hwy::TargetName(target));
+          std::vector<float> y(rows * out, -7.0f);
+          RunLinear(s.View(), x, rows, y, options, Numerics::kFastFma);
+          for (int64_t i = 0; i < rows * out; ++i) {
+            ASSERT_EQ(y[i], want[i]) << "row " << i / out << " output " << i % out;
+          }
         }
+        hwy::SetSupportedTargetsForTest(0);
       }
-      hwy::SetSupportedTargetsForTest(0);
     }
   }
 }
