@@ -18,6 +18,7 @@
 // packed bytes), positions 16..31 its odd ones (the high nibbles). For the other formats positions
 // are elements.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -154,6 +155,13 @@ HWY_INLINE float Pow2(int e) {
   return f;
 }
 
+// Every e8m0 byte's fp32 value (the codec's, 2^-127 and NaN included): a scale is one load.
+inline constexpr std::array<float, 256> kE8m0Values = [] {
+  std::array<float, 256> values{};
+  for (int b = 0; b < 256; ++b) values[b] = F32FromE8m0(static_cast<uint8_t>(b));
+  return values;
+}();
+
 // ---- per-format decoders. Scales<kO>(o0, kb, f1, f2) gives block kb's factors for rows
 // o0..o0+kO and returns true when the block needs the exact two-step path;
 // Decode<kBig>(d, p, f1, f2, j, v0, v1) gives positions [jN, jN + N) and [16 + jN, 16 + jN + N)
@@ -221,18 +229,17 @@ struct Mxfp4Decoder {
   int64_t blocks_in;
 
 #if HWY_TARGET <= HWY_AVX2
-  // Table lookups of e2m1 values times the block scale 2^(b−127) (exact: a power of two), built
-  // once per Decode.
+  // Table lookups of e2m1 values times the block scale 2^(b−127) (exact: a power of two).
   template <bool kBig>
   static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float /*f2*/, size_t j, VF& v0,
                                 VF& v1) {
     const hn::Rebind<uint8_t, DF> d8;
     const hn::RebindToUnsigned<DF> du;
-    const hn::RebindToSigned<DF> di;
     const auto v = hn::PromoteTo(du, hn::LoadU(d8, p + j * kN));
 #if HWY_TARGET <= HWY_AVX3
     // 16 lanes: the nibble indexes the 16 signed values.
     static_assert(kN == 16);
+    const hn::RebindToSigned<DF> di;
     HWY_ALIGN static constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
                                                   4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
                                                   -2.0f, -3.0f, -4.0f, -6.0f};
@@ -242,28 +249,30 @@ struct Mxfp4Decoder {
     v0 = hn::TableLookupLanes(table, hn::IndicesFromVec(d, nlo));
     v1 = hn::TableLookupLanes(table, hn::IndicesFromVec(d, nhi));
 #else
-    // 8 lanes: the nibble's magnitude bits index the 8 magnitudes, its top bit is the sign.
+    // 8 lanes: vpermps reads the low 3 bits of each index, i.e. a nibble's magnitude bits. The
+    // table holds magnitude m times the scale with m << 28 XORed in, so XORing the nibble << 28
+    // back clears those bits and sets the sign from the nibble's top bit.
     static_assert(kN == 8);
     HWY_ALIGN static constexpr float kE2m1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f,
                                                            2.0f, 3.0f, 4.0f, 6.0f};
-    const VF table = hn::Mul(hn::Load(d, kE2m1Magnitudes), hn::Set(d, f1));
-    const auto seven = hn::Set(du, 7u);
-    const auto top = hn::Set(du, 0x80000000u);
-    const auto mlo = hn::BitCast(di, hn::And(v, seven));
-    const auto mhi = hn::BitCast(di, hn::And(hn::ShiftRight<4>(v), seven));
-    const auto slo = hn::BitCast(d, hn::And(hn::ShiftLeft<28>(v), top));
-    const auto shi = hn::BitCast(d, hn::And(hn::ShiftLeft<24>(v), top));
-    v0 = hn::Xor(hn::TableLookupLanes(table, hn::IndicesFromVec(d, mlo)), slo);
-    v1 = hn::Xor(hn::TableLookupLanes(table, hn::IndicesFromVec(d, mhi)), shi);
+    HWY_ALIGN static constexpr uint32_t kIndexBits[8] = {0u << 28, 1u << 28, 2u << 28, 3u << 28,
+                                                         4u << 28, 5u << 28, 6u << 28, 7u << 28};
+    const __m256 table = _mm256_xor_ps(
+        _mm256_mul_ps(_mm256_load_ps(kE2m1Magnitudes), _mm256_set1_ps(f1)),
+        _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kIndexBits))));
+    const __m256i lo = v.raw;
+    const __m256i hi = _mm256_srli_epi32(lo, 4);
+    v0 = VF{_mm256_xor_ps(_mm256_permutevar8x32_ps(table, lo),
+                          _mm256_castsi256_ps(_mm256_slli_epi32(lo, 28)))};
+    v1 = VF{_mm256_xor_ps(_mm256_permutevar8x32_ps(table, hi),
+                          _mm256_castsi256_ps(_mm256_slli_epi32(hi, 28)))};
 #endif
   }
   template <int kO>
   HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
     DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
-      const uint8_t byte = scale[(o0 + o) * blocks_in + kb];
-      // Bytes 0 (a subnormal scale) and 255 (NaN) through the codec; the rest by their bits.
-      f1[o] = (byte == 0 || byte == 255) ? F32FromE8m0(byte) : Pow2(byte - 127);
+      f1[o] = kE8m0Values[scale[(o0 + o) * blocks_in + kb]];
       f2[o] = 0.0f;
     }
     return false;

@@ -50,7 +50,7 @@ float F32FromE4m3(uint8_t code);
 // 2^(b - 127) exactly: b = 0 is 2^-127 (an fp32 subnormal), b = 254 is 2^127; 0xFF is NaN.
 // Inline: the kernels' rare scale paths call it inside loops whose vector registers a call
 // would spill.
-inline float F32FromE8m0(uint8_t b) {
+constexpr float F32FromE8m0(uint8_t b) {
   if (b == 0xFF) return std::bit_cast<float>(0x7FC00000u);  // quiet NaN
   if (b == 0) return std::bit_cast<float>(0x00400000u);     // 2^-127, subnormal
   return std::bit_cast<float>(static_cast<uint32_t>(b) << 23);
