@@ -50,8 +50,9 @@ const MachineLimits& Limits() {
   return limits;
 }
 
-// Random stored bytes with realistic magnitudes: FP8 codes are uniform except the NaN codes
-// (bit 3 cleared), MXFP4 bytes uniform, bf16/f32 values have exponents 2^-15..2^0 (no
+// Random stored bytes with realistic magnitudes: FP8 codes have uniform signs, mantissas and
+// normal exponents (1..15, no NaN code; a quantised checkpoint's subnormal codes are rare, ~3e-5
+// of `small`'s), MXFP4 bytes uniform, bf16/f32 values have exponents 2^-15..2^0 (no
 // subnormal products, which would measure the CPU's microcode assists instead of the kernel);
 // scale bytes 2^-9..2^-2.
 void FillWeight(WeightFormat format, std::vector<uint8_t>& weight, std::vector<uint8_t>& scale,
@@ -65,7 +66,16 @@ void FillWeight(WeightFormat format, std::vector<uint8_t>& weight, std::vector<u
   };
   switch (format) {
     case WeightFormat::kFp8Block:
-      fill([](uint64_t v) { return v & 0xF7F7F7F7F7F7F7F7ull; });
+      fill([](uint64_t v) {
+        uint64_t codes = 0;
+        for (int b = 0; b < 8; ++b) {
+          const uint64_t byte = (v >> (8 * b)) & 0xFF;
+          const uint64_t exponent = 1 + ((byte >> 3) & 0xF) % 15;
+          const uint64_t mantissa = exponent == 15 ? (byte & 7) % 7 : byte & 7;
+          codes |= ((byte & 0x80) | exponent << 3 | mantissa) << (8 * b);
+        }
+        return codes;
+      });
       break;
     case WeightFormat::kMxfp4:
       fill([](uint64_t v) { return v; });
