@@ -1,8 +1,9 @@
 // The kFma Linear kernel: Highway, one body per compiled target, dispatched once per call.
 //
 // Weights are never expanded in memory: each weight vector is decoded exactly to fp32 (FP8 codes
-// through binary16, MXFP4 nibbles through a table or binary16, bf16 by a shift) with its block
-// scale applied, and FMA'd into fp32 accumulators. The fixed order, the same on every target: each
+// by their bits, MXFP4 nibbles through a table or binary16, bf16 by a shift) with its block scale
+// applied (or, for FP8 in the register tiles, that scale on the input rows where exact), and
+// FMA'd into fp32 accumulators. The fixed order, the same on every target: each
 // (output o, input row r) pair owns 16 fp32 lanes per chunk of kChunk positions of K; lane l takes,
 // for every 32-block of the chunk in order, the products of positions l and then 16 + l of the
 // prepared row; at the chunk's end the lanes are added into 16 fp64 lane sums, which one fixed
@@ -21,6 +22,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "base/check.h"
@@ -167,25 +169,47 @@ inline constexpr std::array<float, 256> kE8m0Values = [] {
 // Decode<kBig>(d, p, f1, f2, j, v0, v1) gives positions [jN, jN + N) and [16 + jN, 16 + jN + N)
 // of the block at p as exact fp32 weights.
 
-// FP8 e4m3 through IEEE binary16: fp16 bits = sign << 15 | (e4m3 & 0x7F) << 7 is the e4m3 value
-// times 2^-8 (normals and subnormals alike), which the conversion widens exactly; the block
-// factor is then 2^(b−127+8). A scale byte above 246 would overflow that factor: such blocks take
-// the two-step path (×2^8, then ×2^(b−127)). The rows of a tile share one tile scale. (The NaN
-// codes 0x7F/0xFF decode as numbers: a corrupt checkpoint, rejected where scanned.)
+// FP8 e4m3 by its bits: the sign-extended code shifted left by 20, the bits between sign and
+// exponent cleared, is sign << 31 | (e4m3 & 0x7F) << 20: the e4m3 value times 2^-120 as fp32
+// (three integer operations; the rare subnormal codes become fp32 denormals, exact, slower on
+// some CPUs). The block factor is then 2^(b−127+120); a scale byte above 134 would overflow it,
+// so such blocks take the two-step path (×2^120, then ×2^(b−127)). Either is one rounding of the
+// exact product. The rows of a tile share one tile scale, so a register tile puts the factor on
+// its input rows instead where that is exact (InputScaleBytes): then a weight vector costs the
+// three integer operations and no multiply. (The NaN codes 0x7F/0xFF decode as numbers: a corrupt
+// checkpoint, rejected where scanned.)
 struct Fp8Decoder {
   static constexpr int64_t kBlockBytes = kBlock;
+  // The widened code is the e4m3 value times 2^-kBias.
+  static constexpr int kBias = 120;
   const uint8_t* weight;
   int64_t row_bytes;
   const uint8_t* scale;
   int64_t tiles_in;
+  // The scale bytes whose factor a register tile puts on its input rows (InputScaleBytes); empty
+  // by default.
+  int input_lo = 1;
+  int input_hi = 0;
 
   static HWY_INLINE VF Widen(DF d, const uint8_t* p) {
     const hn::Rebind<int8_t, DF> d8;
-    const hn::Rebind<int16_t, DF> d16;
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    const auto v16 = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
-    const auto bits = hn::And(hn::ShiftLeft<7>(v16), hn::Set(d16, static_cast<int16_t>(0xBF80)));
-    return hn::PromoteTo(d, hn::BitCast(dh, bits));
+    const hn::RebindToSigned<DF> di;
+    const auto code = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+    const auto keep = hn::Set(di, static_cast<int32_t>(0x87F00000u));  // sign, exponent's low 4
+    return hn::BitCast(d, hn::And(hn::ShiftLeft<20>(code), keep));
+  }
+  // The weights times 2^-kBias, for a block whose factor is on the input (InputFactor).
+  static HWY_INLINE void Raw(DF d, const uint8_t* p, size_t j, VF& v0, VF& v1) {
+    v0 = Widen(d, p + j * kN);
+    v1 = Widen(d, p + kLanes + j * kN);
+  }
+  // True when block kb's factor 2^(b−127+kBias) may multiply the input rows instead of the
+  // weights; then *factor is it.
+  HWY_INLINE bool InputFactor(int64_t o0, int64_t kb, float* factor) const {
+    const int byte = scale[(o0 / kBlock) * tiles_in + kb];
+    if (byte < input_lo || byte > input_hi) return false;
+    *factor = Pow2(byte - 127 + kBias);
+    return true;
   }
   template <bool kBig>
   static HWY_INLINE void Decode(DF d, const uint8_t* p, float f1, float f2, size_t j, VF& v0,
@@ -193,10 +217,10 @@ struct Fp8Decoder {
     const VF a = Widen(d, p + j * kN);
     const VF c = Widen(d, p + kLanes + j * kN);
     if constexpr (kBig) {
-      const VF k256 = hn::Set(d, 256.0f);
+      const VF unbias = hn::Set(d, Pow2(kBias));
       const VF s = hn::Set(d, f2);
-      v0 = hn::Mul(hn::Mul(a, k256), s);
-      v1 = hn::Mul(hn::Mul(c, k256), s);
+      v0 = hn::Mul(hn::Mul(a, unbias), s);
+      v1 = hn::Mul(hn::Mul(c, unbias), s);
     } else {
       const VF f = hn::Set(d, f1);
       v0 = hn::Mul(a, f);
@@ -207,8 +231,8 @@ struct Fp8Decoder {
   HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
     static_assert(kBlock % kO == 0, "a tile's rows share one 32-row group");
     const uint8_t byte = scale[(o0 / kBlock) * tiles_in + kb];
-    const bool big = byte > 246;
-    const float one = big ? 0.0f : Pow2(byte - 127 + 8);
+    const bool big = byte - 127 + kBias > 127;
+    const float one = big ? 0.0f : Pow2(byte - 127 + kBias);
     const float two = big ? F32FromE8m0(byte) : 0.0f;
     DSV41_UNROLL
     for (int o = 0; o < kO; ++o) {
@@ -278,8 +302,8 @@ struct Mxfp4Decoder {
     return false;
   }
 #else
-  // Fewer lanes: e2m1 through binary16 as for FP8: bits = sign << 15 | magnitude << 9 is the
-  // value times 2^-14; factor 2^(b−127+14), two-step above byte 240.
+  // Fewer lanes: e2m1 through binary16: bits = sign << 15 | magnitude << 9 is the value times
+  // 2^-14 (its subnormal 0.5 too); factor 2^(b−127+14), two-step above byte 240.
   static HWY_INLINE VF Widen(DF d, hn::Vec<hn::Rebind<uint16_t, DF> > n) {
     const hn::Rebind<uint16_t, DF> d16;
     const hn::Rebind<hwy::float16_t, DF> dh;
@@ -368,6 +392,49 @@ struct Args {
   int64_t y_stride;
 };
 
+// Decoders whose block factor a register tile may put on its input rows (Fp8Decoder).
+template <class Decoder>
+inline constexpr bool kScalesInput = requires(const Decoder& dec, float* f) {
+  dec.InputFactor(int64_t{0}, int64_t{0}, f);
+};
+
+// The FP8 scale bytes b for which FMA(w · 2^-120, x · 2^(b−7)) equals FMA(w · 2^(b−127), x) for
+// every weight w and every input x of the rows: x · 2^(b−7) exact (zero or normal: x normal, its
+// exponent plus b − 7 within [−126, 127]); w · 2^(b−127) is exact for every b <= 134 (its lowest
+// bit is at least 2^-9 · 2^-127, above fp32's 2^-149), so both FMAs round the same exact product.
+// Empty when an input is subnormal, infinite or NaN.
+void InputScaleBytes(const Args& a, int* lo, int* hi) {
+  const DF d;
+  const VF inf = hn::Set(d, std::numeric_limits<float>::infinity());
+  VF max_abs = hn::Zero(d);
+  VF min_nonzero = inf;
+  const int64_t count = a.rows * a.stride;  // rows of stride floats, a multiple of 32
+  for (int64_t i = 0; i < count; i += static_cast<int64_t>(kN)) {
+    const VF magnitude = hn::Abs(hn::LoadU(d, a.x + i));
+    const VF v = hn::IfThenElse(hn::IsNaN(magnitude), inf, magnitude);  // NaN empties the range
+    max_abs = hn::Max(max_abs, v);
+    min_nonzero = hn::Min(min_nonzero, hn::IfThenElse(hn::Eq(v, hn::Zero(d)), inf, v));
+  }
+  const float largest = hn::GetLane(hn::MaxOfLanes(d, max_abs));
+  const float smallest = hn::GetLane(hn::MinOfLanes(d, min_nonzero));
+  *lo = 1;
+  *hi = 0;
+  if (!(largest < std::numeric_limits<float>::infinity())) return;
+  if (largest == 0.0f) {
+    *lo = 0;
+    *hi = 127 + 7;
+    return;
+  }
+  if (smallest < std::numeric_limits<float>::min()) return;
+  const auto exponent = [](float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    return static_cast<int>(bits >> 23) - 127;
+  };
+  *lo = std::max(0, -126 - exponent(smallest) + 7);
+  *hi = std::min(127 + 7, 127 - exponent(largest) + 7);
+}
+
 // Pointers to block kb of rows o0..o0+kO (the zero-padded copy in `tails` for a partial last
 // block: in % 32 != 0, never MXFP4).
 template <int kO, class Decoder>
@@ -423,6 +490,9 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
       }
       float f1[kO], f2[kO];
       const bool big = dec.template Scales<kO>(o0, kb, f1, f2);
+      float input_factor = 1.0f;
+      bool on_input = false;
+      if constexpr (kScalesInput<Decoder>) on_input = dec.InputFactor(o0, kb, &input_factor);
       const float* xb = x0 + kb * kBlock;
       DSV41_UNROLL
       for (size_t j = 0; j < kVecs; ++j) {
@@ -431,14 +501,23 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
         for (int r = 0; r < kR; ++r) {
           x0v[r] = hn::LoadU(d, xb + r * a.stride + j * kN);
           x1v[r] = hn::LoadU(d, xb + r * a.stride + kLanes + j * kN);
+          if (on_input) {
+            x0v[r] = hn::Mul(x0v[r], hn::Set(d, input_factor));
+            x1v[r] = hn::Mul(x1v[r], hn::Set(d, input_factor));
+          }
         }
         DSV41_UNROLL
         for (int o = 0; o < kO; ++o) {
           VF v0, v1;
-          if (HWY_UNLIKELY(big)) {
-            Decoder::template Decode<true>(d, p[o], f1[o], f2[o], j, v0, v1);
-          } else {
-            Decoder::template Decode<false>(d, p[o], f1[o], f2[o], j, v0, v1);
+          if constexpr (kScalesInput<Decoder>) {
+            if (on_input) Decoder::Raw(d, p[o], j, v0, v1);
+          }
+          if (!on_input) {
+            if (HWY_UNLIKELY(big)) {
+              Decoder::template Decode<true>(d, p[o], f1[o], f2[o], j, v0, v1);
+            } else {
+              Decoder::template Decode<false>(d, p[o], f1[o], f2[o], j, v0, v1);
+            }
           }
           DSV41_UNROLL
           for (int r = 0; r < kR; ++r) {
@@ -636,9 +715,12 @@ void FmaOutputsSimd(const LinearWeight& w, const float* x, int64_t rows, int64_t
     case WeightFormat::kF32:
       RunOutputs(F32Decoder{weight, 4 * w.in}, a, o_begin, o_end);
       break;
-    case WeightFormat::kFp8Block:
-      RunOutputs(Fp8Decoder{weight, w.in, scale, NumTiles(w.in)}, a, o_begin, o_end);
+    case WeightFormat::kFp8Block: {
+      Fp8Decoder dec{weight, w.in, scale, NumTiles(w.in)};
+      if (rows <= kMaxR) InputScaleBytes(a, &dec.input_lo, &dec.input_hi);
+      RunOutputs(dec, a, o_begin, o_end);
       break;
+    }
     case WeightFormat::kMxfp4:
       RunOutputs(Mxfp4Decoder{weight, w.in / 2, scale, w.in / kBlock}, a, o_begin, o_end);
       break;

@@ -872,6 +872,65 @@ TEST(LinearTest, FmaKernelFollowsOneOrderOnEveryTarget) {
   }
 }
 
+// The FP8 register tiles put a block's scale on the input rows (x · 2^(b−7) against the raw
+// codes · 2^-120) only where both give the exact product FMA(w · 2^(b−127), x) rounds: the same
+// bits as the order's model over the expanded weights, for scale bytes from 0 (subnormal factor)
+// to 254 (the two-step path) and inputs from subnormal, tiny and huge magnitudes to
+// NaN. Raw fp32 inputs (no quantisation): any value can reach the kernel. On the targets with a
+// fused multiply-add (AVX2 and up): the narrower ones (tests only) multiply, then add, so they
+// round inexact products (raw fp32 inputs, or products below fp32's normal range) before the sum.
+TEST(LinearTest, Fp8TilesScaleTheirInputOnlyWhereExact) {
+  std::mt19937 rng(23);
+  const int64_t out = 69, in = 320;  // 3 × 10 scale bytes
+  const auto same_bits = [](float a, float b) {
+    return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b));
+  };
+  struct Scales {
+    int lo, hi;
+  };
+  for (const Scales scales : {Scales{0, 12}, Scales{8, 40}, Scales{110, 140}, Scales{130, 254}}) {
+    const StoredWeight s =
+        MakeWeight(WeightFormat::kFp8Block, out, in, 1, rng, scales.lo, scales.hi);
+    const std::vector<float> w = ExpandWeight(s);
+    // Input exponents: moderate, tiny (x · 2^(b−7) leaves the normal range), huge (it overflows),
+    // and moderate plus one subnormal, one NaN or one huge value in the last row.
+    for (const int case_index : {0, 1, 2, 3, 4, 5}) {
+      for (const int64_t rows : {1, 2, 3}) {
+        SCOPED_TRACE("scale bytes " + std::to_string(scales.lo) + ".." + std::to_string(scales.hi) +
+                     ", input case " + std::to_string(case_index) + ", rows " +
+                     std::to_string(rows));
+        const int low[] = {-20, -125, 90, -20, -20, -20};
+        const int high[] = {20, -100, 120, 20, 20, 20};
+        std::uniform_int_distribution<int> exponent(low[case_index], high[case_index]);
+        std::vector<float> x = RandomActivations(rows * in, rng);
+        for (float& v : x) v = std::ldexp(v, exponent(rng));
+        float* last = &x[(rows - 1) * in + 7];
+        if (case_index == 3) *last = 0x1p-140f;
+        if (case_index == 4) *last = std::numeric_limits<float>::quiet_NaN();
+        if (case_index == 5) *last = 0x1p125f;
+        std::vector<float> want(rows * out);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t o = 0; o < out; ++o) {
+            want[r * out + o] = FmaOrderModel(&w[o * in], &x[r * in], in, false, 16);
+          }
+        }
+        for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+          if (target > HWY_AVX2) continue;  // no fused multiply-add
+          hwy::SetSupportedTargetsForTest(target);
+          SCOPED_TRACE(hwy::TargetName(target));
+          std::vector<float> y(rows * out, -7.0f);
+          RunLinear(s.View(), x, rows, y, LinearOptions{}, Numerics::kFastFma);
+          for (int64_t i = 0; i < rows * out; ++i) {
+            ASSERT_TRUE(same_bits(y[i], want[i]))
+                << "row " << i / out << " output " << i % out << ": " << y[i] << " vs " << want[i];
+          }
+        }
+        hwy::SetSupportedTargetsForTest(0);
+      }
+    }
+  }
+}
+
 // The kernels really differ: the accumulation order follows the kernel (fp32-FMA, bf16-dot, plain
 // fp32, AMX), so at least two give different bits on a dot product whose fp32 rounding errors
 // show. The products cancel exactly: x[512 + i] = −x[i] and
