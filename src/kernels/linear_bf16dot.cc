@@ -113,6 +113,17 @@ void Bf16DotPrepareScalar(WeightFormat format, const float* x, int64_t rows, int
   }
 }
 
+void Bf16ExponentRangeScalar(const uint16_t* x, int64_t n, int* low, int* high) {
+  *low = 256;
+  *high = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if ((x[i] & 0x7FFF) == 0) continue;
+    const int e = (x[i] >> 7) & 0xFF;
+    *low = std::min(*low, e);
+    *high = std::max(*high, e);
+  }
+}
+
 #if DSV41_HAVE_BF16DOT
 
 #define DSV41_BF16DOT_TARGET \
@@ -399,8 +410,8 @@ struct Args {
   // weights), else nothing (bytes nobody reads). Without a next: the matrix's end.
   uintptr_t stream_end = 0;
   uintptr_t next_begin = 0, next_end = 0;
-  // FP8 with one input row: the least and greatest bf16 exponent field of its non-zero values.
-  int x_exp_min = 0, x_exp_max = 0;
+  // The least and greatest bf16 exponent field of the rows' non-zero values (LinearInput).
+  int x_exp_min = 256, x_exp_max = 0;
 };
 
 // One superblock of one weight row, decoded: kZ vectors of 32 bf16.
@@ -558,6 +569,10 @@ struct Mxfp4Dec {
   DSV41_BF16DOT_INLINE bool Plain(int64_t o0, int n) const {
     return row_bytes % 64 == 0 && BytesWithin(scale + o0 * blocks_in, n * blocks_in, 1, 254);
   }
+  // Rows o0..o0+n-1's scale bytes may all be folded into their weights (ScaleFold).
+  DSV41_BF16DOT_INLINE bool Foldable(int64_t o0, int n, int low, int high) const {
+    return BytesWithin(scale + o0 * blocks_in, n * blocks_in, low, high);
+  }
   // fp32 lane q of a product covers 128-bit lane q / 4, i.e. block 4sb + q / 4 of row o.
   template <bool kPlain>
   DSV41_BF16DOT_INLINE SbScale Scale(int64_t o, int64_t sb) const {
@@ -669,6 +684,32 @@ DSV41_BF16DOT_INLINE ExponentSpan ExponentRange(const uint16_t* x, int64_t n) {
               _mm512_max_epu32(_mm512_and_si512(high, mask), _mm512_srli_epi32(high, 16))))};
 }
 
+// MXFP4's buffered path may fold a block's scale 2^(b−127) into its decoded weights (an exponent
+// add) and join the superblock's partial dot to the chain with an add instead of FMA(partial, s,
+// acc): the same sum, bit for bit, where scaling by a power of two is exact, i.e. where no value
+// of either dot product leaves the normal range (the dot flushes subnormals). With x's non-zero
+// exponent fields in [xlo, xhi] and e2m1 magnitudes in {0.5 .. 6} (multiples of 2^-1), every
+// product and partial sum is zero or a multiple of 2^(xlo−135), and a superblock's partial per
+// lane (8 products) is below 2^(xhi−120); scaled, both move by b − 127. So: w · 2^(b−127) a
+// normal bf16 (2 <= b <= 252), 2^(xlo−135) and 2^(xlo−135+b−127) at least 2^-126, and
+// 2^(xhi−120+max(0,b−127)) at most 2^126 (one step of margin below the largest float).
+struct ScaleFold {
+  bool ok = false;
+  int low = 0, high = -1;  // the scale bytes that may be folded
+};
+DSV41_BF16DOT_INLINE ScaleFold Mxfp4ScaleFold(const ExponentSpan& x) {
+  if (x.low > x.high) return {.ok = true, .low = 2, .high = 252};  // all inputs zero
+  if (x.low < 9 || x.high > 246) return {};
+  return {.ok = true, .low = std::max(2, 136 - x.low), .high = std::min(252, 373 - x.high)};
+}
+
+// (b − 127) << 7 in every bf16 word of a lane whose fp32 factor s is 2^(b−127) (bits b << 23).
+DSV41_BF16DOT_INLINE __m512i FoldShift(__m512 s) {
+  const __m512i bits = _mm512_castps_si512(s);
+  return _mm512_sub_epi16(_mm512_or_si512(bits, _mm512_srli_epi32(bits, 16)),
+                          _mm512_set1_epi16(127 << 7));
+}
+
 // Step for one unscaled superblock with the inputs in registers.
 template <int kZ>
 DSV41_BF16DOT_INLINE __m512 StepVectors(__m512 acc, const __m512i* w, const __m512i* x) {
@@ -677,9 +718,9 @@ DSV41_BF16DOT_INLINE __m512 StepVectors(__m512 acc, const __m512i* w, const __m5
   return acc;
 }
 
-// ---- register tile: output rows o0..o0+kO × input rows r0..r0+kR, all of K ---------------------
-// kShiftX (FP8, plain, one row, ShiftOnX): the scale exponents are added to the row's values once
-// per superblock instead of to every output's weights.
+// ---- register tile: output rows o0..o0+kO × input rows r0..r0+kR, all of K
+// --------------------- kShiftX (FP8, plain, one row, ShiftOnX): the scale exponents are added to
+// the row's values once per superblock instead of to every output's weights.
 template <int kO, int kR, bool kPlain, class Dec, bool kShiftX = false>
 DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_t r0) {
   static_assert(!kShiftX || (kPlain && kR == 1));
@@ -797,11 +838,12 @@ DSV41_BF16DOT_TARGET void OneRowTile(const Dec& dec, const Args& a, int64_t o0) 
   }
 }
 
-// ---- buffered: many input rows -----------------------------------------------------------------
-// Per row block (kRowBlock rows), the kO weight rows of a tile are decoded chunk by chunk (one
-// fp32 run, kChunkElements of K) into wbuf, with each superblock's scale form in sbuf, and every
-// group of rows runs the same chain from there into its fp64 lane sums in sumbuf. The row groups
-// keep their rows' activations of a superblock in registers across the tile's outputs.
+// ---- buffered: many input rows
+// ----------------------------------------------------------------- Per row block (kRowBlock
+// rows), the kO weight rows of a tile are decoded chunk by chunk (one fp32 run, kChunkElements of
+// K) into wbuf, with each superblock's scale form in sbuf, and every group of rows runs the same
+// chain from there into its fp64 lane sums in sumbuf. The row groups keep their rows' activations
+// of a superblock in registers across the tile's outputs.
 template <class Dec>
 struct Buffers {
   static constexpr int kO = 4;
@@ -822,8 +864,9 @@ constexpr int GroupRows() {
 }
 
 // The chunk's dots of rows r0..r0+kR with the tile's kO outputs (from o0); the last chunk writes
-// the results to y.
-template <int kO, int kR, bool kScaled, class Dec>
+// the results to y. kFolded: the scales are in the decoded weights (ScaleFold), a scaled
+// superblock's partial is added.
+template <int kO, int kR, bool kScaled, class Dec, bool kFolded>
 DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int64_t o0, int64_t sb0,
                                     int64_t nsb, bool last, int64_t r0, int64_t row_base,
                                     double* sums) {
@@ -849,13 +892,19 @@ DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int6
       const __m512i* w = buf.w + (o * kChunkSB + i) * kZ;
       if constexpr (kScaled) {
         const bool scaled = Dec::kAlwaysScaled || buf.scaled[o * kChunkSB + i];
+        __m512i wz[kZ];  // each weight vector loaded once for the group's rows
+        DSV41_UNROLL
+        for (int z = 0; z < kZ; ++z)
+          wz[z] = LoadWeightBytes(reinterpret_cast<const uint8_t*>(w + z));
         DSV41_UNROLL
         for (int r = 0; r < kR; ++r) {
           if (scaled) {
             __m512 partial = _mm512_setzero_ps();
             DSV41_UNROLL
-            for (int z = 0; z < kZ; ++z) partial = Dot(partial, w[z], x[r][z]);
-            acc[o][r] = _mm512_fmadd_ps(partial, buf.scale_s[o * kChunkSB + i], acc[o][r]);
+            for (int z = 0; z < kZ; ++z) partial = Dot(partial, wz[z], x[r][z]);
+            acc[o][r] = kFolded
+                            ? _mm512_add_ps(acc[o][r], partial)
+                            : _mm512_fmadd_ps(partial, buf.scale_s[o * kChunkSB + i], acc[o][r]);
           } else {
             DSV41_UNROLL
             for (int z = 0; z < kZ; ++z) acc[o][r] = Dot(acc[o][r], w[z], x[r][z]);
@@ -885,19 +934,19 @@ DSV41_BF16DOT_TARGET void ChunkDots(const Args& a, const Buffers<Dec>& buf, int6
   }
 }
 
-template <int kO, bool kScaled, class Dec>
+template <int kO, bool kScaled, class Dec, bool kFolded>
 DSV41_BF16DOT_TARGET void ChunkRows(const Args& a, const Buffers<Dec>& buf, int64_t o0, int64_t sb0,
                                     int64_t nsb, bool last, int64_t row_base, int64_t row_end,
                                     double* sums) {
   constexpr int kR = GroupRows<Dec>();
   int64_t r = row_base;
   for (; r + kR <= row_end; r += kR)
-    ChunkDots<kO, kR, kScaled, Dec>(a, buf, o0, sb0, nsb, last, r, row_base, sums);
+    ChunkDots<kO, kR, kScaled, Dec, kFolded>(a, buf, o0, sb0, nsb, last, r, row_base, sums);
   for (; r < row_end; ++r)
-    ChunkDots<kO, 1, kScaled, Dec>(a, buf, o0, sb0, nsb, last, r, row_base, sums);
+    ChunkDots<kO, 1, kScaled, Dec, kFolded>(a, buf, o0, sb0, nsb, last, r, row_base, sums);
 }
 
-template <int kO, bool kPlain, class Dec>
+template <int kO, bool kPlain, class Dec, bool kFolded = false>
 DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0, int64_t row_base,
                                        int64_t row_end, Buffers<Dec>& buf) {
   constexpr int kZ = Dec::kZ;
@@ -914,6 +963,10 @@ DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0
         const SbScale scale = dec.template Scale<kPlain>(o0 + o, sb0 + i);
         Decoded<kZ> d;
         dec.template Decode<kPlain>(o0 + o, sb0 + i, scale, d);
+        if constexpr (kFolded) {
+          const __m512i shift = FoldShift(scale.s);
+          for (int z = 0; z < kZ; ++z) d.w[z] = AddExponents(d.w[z], shift);
+        }
         for (int z = 0; z < kZ; ++z) buf.w[(o * kChunkSB + i) * kZ + z] = d.w[z];
         buf.scale_s[o * kChunkSB + i] = scale.s;
         buf.scaled[o * kChunkSB + i] = scale.scaled;
@@ -922,17 +975,23 @@ DSV41_BF16DOT_TARGET void BufferedTile(const Dec& dec, const Args& a, int64_t o0
     }
     const bool last = sb0 + nsb == superblocks;
     if (Dec::kAlwaysScaled || (!kPlain && any_scaled)) {
-      ChunkRows<kO, true, Dec>(a, buf, o0, sb0, nsb, last, row_base, row_end, buf.sums);
+      ChunkRows<kO, true, Dec, kFolded>(a, buf, o0, sb0, nsb, last, row_base, row_end, buf.sums);
     } else {
-      ChunkRows<kO, false, Dec>(a, buf, o0, sb0, nsb, last, row_base, row_end, buf.sums);
+      ChunkRows<kO, false, Dec, false>(a, buf, o0, sb0, nsb, last, row_base, row_end, buf.sums);
     }
   }
 }
 
 template <int kO, class Dec>
 DSV41_BF16DOT_TARGET void BufferedTiles(const Dec& dec, const Args& a, int64_t o0, int64_t row_base,
-                                        int64_t row_end, Buffers<Dec>& buf) {
+                                        int64_t row_end, const ScaleFold& fold, Buffers<Dec>& buf) {
   if (dec.Plain(o0, kO)) {
+    if constexpr (std::is_same_v<Dec, Mxfp4Dec>) {
+      if (fold.ok && dec.Foldable(o0, kO, fold.low, fold.high)) {
+        BufferedTile<kO, true, Dec, true>(dec, a, o0, row_base, row_end, buf);
+        return;
+      }
+    }
     BufferedTile<kO, true>(dec, a, o0, row_base, row_end, buf);
   } else {
     BufferedTile<kO, false>(dec, a, o0, row_base, row_end, buf);
@@ -958,13 +1017,6 @@ DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& args, int64_t o
   }
   Args a = args;
   a.stream_end = reinterpret_cast<uintptr_t>(a.next_begin != 0 ? dec.Row(o_end) : end);
-  if constexpr (std::is_same_v<Dec, Fp8Dec>) {
-    if (a.rows == 1) {
-      const ExponentSpan span = ExponentRange(a.x, a.stride);
-      a.x_exp_min = span.low;
-      a.x_exp_max = span.high;
-    }
-  }
   if (a.stride == 0) {  // no inputs: every sum is empty (the tiles' flushes would write none)
     for (int64_t r = 0; r < a.rows; ++r)
       std::fill(a.y + r * a.y_stride + o_begin, a.y + r * a.y_stride + o_end, 0.0f);
@@ -986,12 +1038,14 @@ DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& args, int64_t o
   }
   // Per call: this thread's decode buffers (~40 KB) live on its stack.
   Buffers<Dec> buf;
+  ScaleFold fold;
+  if constexpr (std::is_same_v<Dec, Mxfp4Dec>) fold = Mxfp4ScaleFold({a.x_exp_min, a.x_exp_max});
   for (int64_t row_base = 0; row_base < a.rows; row_base += kRowBlock) {
     const int64_t row_end = std::min(a.rows, row_base + kRowBlock);
     int64_t t = o_begin;
-    for (; t < aligned; ++t) BufferedTiles<1>(dec, a, t, row_base, row_end, buf);
-    for (; t + kO <= o_end; t += kO) BufferedTiles<kO>(dec, a, t, row_base, row_end, buf);
-    for (; t < o_end; ++t) BufferedTiles<1>(dec, a, t, row_base, row_end, buf);
+    for (; t < aligned; ++t) BufferedTiles<1>(dec, a, t, row_base, row_end, fold, buf);
+    for (; t + kO <= o_end; t += kO) BufferedTiles<kO>(dec, a, t, row_base, row_end, fold, buf);
+    for (; t < o_end; ++t) BufferedTiles<1>(dec, a, t, row_base, row_end, fold, buf);
   }
 }
 
@@ -1012,6 +1066,10 @@ DSV41_BF16DOT_TARGET void Outputs(const LinearWeight& w, const Args& a, int64_t 
       DSV41_CHECK(false, "the bf16 dot kernel has no fp32 weights");
       break;
   }
+}
+
+DSV41_BF16DOT_TARGET ExponentSpan ExponentRangeOnUnit(const uint16_t* x, int64_t n) {
+  return ExponentRange(x, n);
 }
 
 }  // namespace
@@ -1042,12 +1100,24 @@ void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t s
   }
 }
 
+void Bf16ExponentRange(const uint16_t* x, int64_t n, int* low, int* high) {
+  if (!Bf16DotSupported()) {
+    Bf16ExponentRangeScalar(x, n, low, high);
+    return;
+  }
+  const ExponentSpan span = ExponentRangeOnUnit(x, n);
+  *low = span.low;
+  *high = span.high;
+}
+
 void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
                     float* y, int64_t y_stride, NextWeights next) {
   DSV41_CHECK(Bf16DotSupported(), "the bf16 dot kernel needs AVX512-BF16 and AVX512-VBMI");
   DSV41_DCHECK(x.kernel == GemmKernel::kBf16Dot && x.format == w.format && x.in == w.in,
                "prepared input does not match the weight");
   Args a{&w, x.bf16, x.rows, x.stride, y, y_stride};
+  a.x_exp_min = x.bf16_exp_low;
+  a.x_exp_max = x.bf16_exp_high;
   if (next.begin != nullptr && next.begin < next.end) {
     a.next_begin = reinterpret_cast<uintptr_t>(next.begin);
     a.next_end = reinterpret_cast<uintptr_t>(next.end);
@@ -1063,6 +1133,10 @@ bool Bf16DotSupported() { return false; }
 void Bf16DotPrepare(WeightFormat format, const float* x, int64_t rows, int64_t src_stride,
                     int64_t stride, uint16_t* out) {
   Bf16DotPrepareScalar(format, x, rows, src_stride, stride, out);
+}
+
+void Bf16ExponentRange(const uint16_t* x, int64_t n, int* low, int* high) {
+  Bf16ExponentRangeScalar(x, n, low, high);
 }
 
 void Bf16DotOutputs(const LinearWeight&, const LinearInput&, int64_t, int64_t, float*, int64_t,

@@ -51,6 +51,10 @@ void Bf16DotPrepareScalar(WeightFormat format, const float* x, int64_t rows, int
                           int64_t stride, uint16_t* out);
 void Bf16DotOutputs(const LinearWeight& w, const LinearInput& x, int64_t o_begin, int64_t o_end,
                     float* y, int64_t y_stride, NextWeights next = {});
+// The least and the greatest exponent field of the non-zero bf16 values x[0, n) (256 and 0 when
+// all are zero); n a multiple of 32.
+void Bf16ExponentRange(const uint16_t* x, int64_t n, int* low, int* high);
+void Bf16ExponentRangeScalar(const uint16_t* x, int64_t n, int* low, int* high);
 // True when this build has the kernel and the CPU has the unit, whatever the SIMD cap.
 bool Bf16DotUnitPresent();
 // True when, besides, no SIMD cap stops it.

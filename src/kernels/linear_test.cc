@@ -714,6 +714,71 @@ TEST(LinearTest, Fp8ScalesMoveToTheInputOnlyWhileExact) {
   }
 }
 
+// The bf16 dot kernel's many-rows path folds MXFP4 block scales into the decoded weights, and adds
+// a superblock's partial dot instead of FMA(partial, 2^(b−127), acc), only where both give the same
+// bits: no product or partial sum of either may leave the normal range (the dot flushes
+// subnormals). Every row of a 6-row call (that path) must equal the row alone (the register tile,
+// which keeps the FMA). Cases: inputs near 1 under common bytes (folded); inputs 2^-110 under byte
+// 100 (folded, their products 2^-138 would flush); rows whose one non-zero input is 2^-126 with
+// weight 0.5 under byte 200 (the unfolded product 2^-127 flushes, a folded one would not); the
+// extremes a fold may take, byte 2 with
+// inputs near 2^8 and byte 252 with inputs near 2^-8 (weights at the ends of the normal range),
+// and byte 253 (a folded 6 · 2^126 is no bf16).
+TEST(LinearTest, Mxfp4BufferedTilesFoldTheirScalesOnlyWhileExact) {
+  if (!CpuHasBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or capped)";
+  constexpr int64_t kOut = 8, kIn = 256, kRows = 6;
+  struct Case {
+    const char* name;
+    int scale_lo, scale_hi;  // the bytes drawn for the blocks
+    int x_exponent;          // inputs (1..2) · 2^x_exponent, bf16-rounded, random signs
+    float tiny;  // if non-zero: every input 0 but input 5, `tiny`, whose weights are all 0.5
+  };
+  const Case cases[] = {{"common", 118, 130, 0, 0.0f},
+                        {"small inputs, small scales", 100, 100, -110, 0.0f},
+                        {"a tiny input", 200, 200, 0, std::ldexp(1.0f, -126)},
+                        {"least foldable byte", 2, 2, 8, 0.0f},
+                        {"greatest foldable byte", 252, 252, -9, 0.0f},
+                        {"a byte above them", 253, 253, -9, 0.0f}};
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> magnitude(1.0f, 2.0f);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::uniform_int_distribution<int> scale_byte(c.scale_lo, c.scale_hi);
+    std::vector<uint8_t> weight(kOut * kIn / 2), scale(kOut * kIn / 32);
+    for (uint8_t& b : weight) b = static_cast<uint8_t>(byte(rng));
+    for (uint8_t& b : scale) b = static_cast<uint8_t>(scale_byte(rng));
+    std::vector<float> x(kRows * kIn);
+    for (float& v : x) {
+      v = Bf16Round(std::ldexp(magnitude(rng), c.x_exponent) * (byte(rng) % 2 ? 1.0f : -1.0f));
+    }
+    if (c.tiny != 0.0f) {
+      for (int64_t r = 0; r < kRows; ++r) {
+        std::fill_n(&x[r * kIn], kIn, 0.0f);
+        x[r * kIn + 5] = c.tiny;
+      }
+      // Input 5 is the high nibble of byte 2 of each row; code 1 is 0.5.
+      for (int64_t o = 0; o < kOut; ++o) {
+        uint8_t& b = weight[o * kIn / 2 + 2];
+        b = static_cast<uint8_t>((b & 0x0F) | 0x10);
+      }
+    }
+    const StoredWeight s = WeightFromBytes(WeightFormat::kMxfp4, kOut, kIn, weight, scale, 1);
+    const LinearOptions options{.bf16_inputs = true};
+    std::vector<float> y(kRows * kOut);
+    RunLinear(s.View(), x, kRows, y, options, Numerics::kFastBf16Dot);
+    for (int64_t r = 0; r < kRows; ++r) {
+      std::vector<float> alone(kOut);
+      RunLinear(s.View(), std::span<const float>(x).subspan(r * kIn, kIn), 1, alone, options,
+                Numerics::kFastBf16Dot);
+      for (int64_t o = 0; o < kOut; ++o) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(y[r * kOut + o]), std::bit_cast<uint32_t>(alone[o]))
+            << "row " << r << " output " << o << ": " << y[r * kOut + o] << " vs " << alone[o];
+      }
+    }
+  }
+}
+
 // WeightRows names the bytes of a range of output rows in every stored format (RunLinearJobs
 // passes them to the kernels as the next weights a thread streams).
 TEST(LinearTest, WeightRowsAreTheOutputsRowBytes) {
@@ -1056,6 +1121,41 @@ TEST(LinearTest, Bf16DotPrepareEqualsItsScalarTwin) {
 
 // The kernel choice follows the numerics mode and the inputs: fp32 weights and fp32 inputs never
 // take the bf16 dot product.
+// The exponent range the bf16 dot kernel reads off its prepared input (where it may move scales
+// exactly) equals its scalar twin's: random words, with ±0, subnormals, infinities and NaNs among
+// them, all-zero inputs, and a single non-zero word at every position of a 64-word input.
+TEST(LinearTest, Bf16ExponentRangeEqualsItsScalarTwin) {
+  if (!CpuHasBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or capped): the scalar twin only";
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<int> word(0, 0xFFFF);
+  const auto check = [](const std::vector<uint16_t>& x, const std::string& what) {
+    int low = -1, high = -1, scalar_low = -2, scalar_high = -2;
+    linear_internal::Bf16ExponentRange(x.data(), static_cast<int64_t>(x.size()), &low, &high);
+    linear_internal::Bf16ExponentRangeScalar(x.data(), static_cast<int64_t>(x.size()), &scalar_low,
+                                             &scalar_high);
+    EXPECT_EQ(low, scalar_low) << what;
+    EXPECT_EQ(high, scalar_high) << what;
+  };
+  for (const int64_t n : {32, 64, 96, 1024}) {
+    std::vector<uint16_t> x(n);
+    for (uint16_t& v : x) v = static_cast<uint16_t>(word(rng));
+    check(x, "random words, n " + std::to_string(n));
+    // Exponent fields 100..140 only, every other word ±0 or subnormal.
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = i % 2 ? static_cast<uint16_t>((word(rng) & 0x807F) | (i % 4 == 1 ? 0 : 0x8000))
+                   : static_cast<uint16_t>((word(rng) & 0x807F) | ((100 + word(rng) % 41) << 7));
+    }
+    check(x, "normal and subnormal words, n " + std::to_string(n));
+    std::fill(x.begin(), x.end(), uint16_t{0x8000});
+    check(x, "all -0, n " + std::to_string(n));
+  }
+  for (int64_t i = 0; i < 64; ++i) {
+    std::vector<uint16_t> x(64, 0);
+    x[i] = static_cast<uint16_t>(0x0080 * (1 + i * 3));  // exponent field 1 + 3i (wraps past 255)
+    check(x, "one word at " + std::to_string(i));
+  }
+}
+
 TEST(LinearTest, KernelSelection) {
   const LinearWeight bf16{WeightFormat::kBf16, 1, 1, {}, {}};
   const LinearWeight f32{WeightFormat::kF32, 1, 1, {}, {}};
