@@ -315,8 +315,10 @@ LinearInput PrepareLinearInput(const LinearWeight& w, std::span<const float> x, 
                                                AlignUp64(static_cast<size_t>(rows * stride) * 4));
       linear_internal::Bf16DotPrepare(w.format, f32, rows, stride, stride, bf16);
       input.bf16 = bf16;
-      linear_internal::Bf16ExponentRange(bf16, rows * stride, &input.bf16_exp_low,
-                                         &input.bf16_exp_high);
+      if (w.format != WeightFormat::kBf16) {  // bf16 weights have no scales to move
+        linear_internal::Bf16ExponentRange(bf16, rows * stride, &input.bf16_exp_low,
+                                           &input.bf16_exp_high);
+      }
       break;
     }
     case GemmKernel::kAmxBf16: {

@@ -106,8 +106,9 @@ struct LinearInput {
   const uint16_t* bf16 = nullptr;  // kBf16Dot: [rows, stride] bf16 bits in the kernel's order;
                                    // kAmxBf16: the tile blocks (linear_internal.h)
   // kBf16Dot: the least and the greatest exponent field of the rows' non-zero values (256 and 0
-  // when all are zero): where the kernel may move scales between weights and inputs exactly.
-  int bf16_exp_low = 256, bf16_exp_high = 0;
+  // when all are zero), where the kernel may move scales between weights and inputs exactly; the
+  // defaults, 0 and 255, say nothing and move none.
+  int bf16_exp_low = 0, bf16_exp_high = 255;
 };
 
 // Bytes of storage PrepareLinearInput needs (64-byte aligned storage).

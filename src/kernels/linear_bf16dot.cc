@@ -411,7 +411,7 @@ struct Args {
   uintptr_t stream_end = 0;
   uintptr_t next_begin = 0, next_end = 0;
   // The least and greatest bf16 exponent field of the rows' non-zero values (LinearInput).
-  int x_exp_min = 256, x_exp_max = 0;
+  int x_exp_min = 0, x_exp_max = 255;
 };
 
 // One superblock of one weight row, decoded: kZ vectors of 32 bf16.

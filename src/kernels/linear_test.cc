@@ -723,7 +723,8 @@ TEST(LinearTest, Fp8ScalesMoveToTheInputOnlyWhileExact) {
 // weight 0.5 under byte 200 (the unfolded product 2^-127 flushes, a folded one would not); the
 // extremes a fold may take, byte 2 with
 // inputs near 2^8 and byte 252 with inputs near 2^-8 (weights at the ends of the normal range),
-// and byte 253 (a folded 6 · 2^126 is no bf16).
+// and byte 253 (a folded 6 · 2^126 is no bf16). A prepared input whose exponent range is unknown
+// (LinearInput's defaults) folds nothing.
 TEST(LinearTest, Mxfp4BufferedTilesFoldTheirScalesOnlyWhileExact) {
   if (!CpuHasBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or capped)";
   constexpr int64_t kOut = 8, kIn = 256, kRows = 6;
@@ -764,16 +765,31 @@ TEST(LinearTest, Mxfp4BufferedTilesFoldTheirScalesOnlyWhileExact) {
       }
     }
     const StoredWeight s = WeightFromBytes(WeightFormat::kMxfp4, kOut, kIn, weight, scale, 1);
+    const LinearWeight w = s.View();
     const LinearOptions options{.bf16_inputs = true};
     std::vector<float> y(kRows * kOut);
-    RunLinear(s.View(), x, kRows, y, options, Numerics::kFastBf16Dot);
+    RunLinear(w, x, kRows, y, options, Numerics::kFastBf16Dot);
+    // The same input prepared, its exponent range then forgotten (LinearInput's defaults): it must
+    // fold nothing.
+    std::vector<std::byte> storage(LinearInputBytes(w, kRows, GemmKernel::kBf16Dot) + 64);
+    const size_t skip = (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+    LinearInput unmeasured_input =
+        PrepareLinearInput(w, x, kRows, options, GemmKernel::kBf16Dot,
+                           std::span<std::byte>(storage).subspan(skip, storage.size() - skip));
+    unmeasured_input.bf16_exp_low = LinearInput{}.bf16_exp_low;
+    unmeasured_input.bf16_exp_high = LinearInput{}.bf16_exp_high;
+    std::vector<float> unmeasured(kRows * kOut);
+    LinearOutputs(w, unmeasured_input, 0, kOut, unmeasured.data(), kOut);
     for (int64_t r = 0; r < kRows; ++r) {
       std::vector<float> alone(kOut);
-      RunLinear(s.View(), std::span<const float>(x).subspan(r * kIn, kIn), 1, alone, options,
+      RunLinear(w, std::span<const float>(x).subspan(r * kIn, kIn), 1, alone, options,
                 Numerics::kFastBf16Dot);
       for (int64_t o = 0; o < kOut; ++o) {
         ASSERT_EQ(std::bit_cast<uint32_t>(y[r * kOut + o]), std::bit_cast<uint32_t>(alone[o]))
             << "row " << r << " output " << o << ": " << y[r * kOut + o] << " vs " << alone[o];
+        ASSERT_EQ(std::bit_cast<uint32_t>(unmeasured[r * kOut + o]),
+                  std::bit_cast<uint32_t>(alone[o]))
+            << "unmeasured input, row " << r << " output " << o;
       }
     }
   }
