@@ -166,16 +166,14 @@ void Attention::RowAngles(std::span<const BatchRequest> requests, std::span<floa
   }
 }
 
-void Attention::WindowKv(std::span<const float> x, std::span<const BatchRequest> requests,
-                         std::span<const float> cos, std::span<const float> sin,
-                         const KvCacheView& cache, bool store, std::span<float> kv,
-                         ExecContext& ctx) const {
+void Attention::WindowKv(std::span<const BatchRequest> requests, std::span<const float> cos,
+                         std::span<const float> sin, const KvCacheView& cache, bool store,
+                         std::span<float> kv) const {
   const int64_t head_dim = config_.head_dim;
   const int64_t half = config_.qk_rope_head_dim / 2;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const KvCacheLayout& layout = *cache.layout;
   const KvRowPlace& place = WindowPlace(layout);
-  LinearBf16(wkv_, x, static_cast<int64_t>(kv.size()) / head_dim, kv, ctx);
   for (const BatchRequest& r : requests) {
     const std::span<const uint32_t> table = r.block_tables[place.group_idx];
     for (int32_t t = 0; t < r.num_tokens; ++t) {
@@ -200,7 +198,8 @@ void Attention::WriteWindowRows(std::span<const float> x, std::span<const BatchR
   std::span<float> sin = ctx.arena.Alloc<float>(t_count * half);
   RowAngles(requests, cos, sin);
   std::span<float> kv = ctx.arena.Alloc<float>(t_count * config_.head_dim);
-  WindowKv(x, requests, cos, sin, cache, /*store=*/true, kv, ctx);
+  LinearBf16(wkv_, x, t_count, kv, ctx);
+  WindowKv(requests, cos, sin, cache, /*store=*/true, kv);
 }
 
 void Attention::QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
@@ -208,7 +207,18 @@ void Attention::QueryLatent(std::span<const float> x, int32_t num_tokens, std::s
   DSV41_CHECK(static_cast<int64_t>(x.size()) == int64_t{num_tokens} * config_.hidden_size &&
                   static_cast<int64_t>(qr.size()) == int64_t{num_tokens} * config_.q_lora_rank,
               "x %zu, qr %zu for %d tokens", x.size(), qr.size(), num_tokens);
-  LinearBf16(wq_a_, x, num_tokens, qr, ctx);
+  ProductsOfInput of_x(x, num_tokens);
+  QueueQueryLatent(of_x, qr);
+  of_x.Run(ctx);
+  NormQueryLatent(qr);
+}
+
+void Attention::QueueQueryLatent(ProductsOfInput& of_x, std::span<float> qr) const {
+  of_x.Add(wq_a_, qr, /*round_bf16=*/true);
+}
+
+void Attention::NormQueryLatent(std::span<float> qr) const {
+  const int64_t num_tokens = static_cast<int64_t>(qr.size()) / config_.q_lora_rank;
   RmsNormRows(qr, num_tokens, q_norm_, static_cast<float>(config_.rms_norm_eps), qr);
 }
 
@@ -369,18 +379,47 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
                         std::span<const CompressedSelection> selections, std::span<float> out,
                         ExecContext& ctx, AttentionMode mode) const {
   ArenaScope scope(ctx.arena);
+  const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
+  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * config_.hidden_size &&
+                  static_cast<int64_t>(qr.size()) == t_count * config_.q_lora_rank,
+              "x %zu, qr %zu", x.size(), qr.size());
+  ProductsOfInput of_x(x, t_count);
+  ProductsOfInput of_qr(qr, t_count);
+  const Projections projections = QueueProjections(of_x, of_qr, ctx.arena);
+  of_qr.Run(ctx);
+  of_x.Run(ctx);
+  ForwardProjected(projections, requests, cache, selections, out, ctx, mode);
+}
+
+Attention::Projections Attention::QueueProjections(ProductsOfInput& of_x, ProductsOfInput& of_qr,
+                                                   StepArena& arena) const {
+  DSV41_CHECK(of_x.rows() == of_qr.rows(), "x %lld rows, qr %lld rows",
+              static_cast<long long>(of_x.rows()), static_cast<long long>(of_qr.rows()));
+  Projections p;
+  p.q = arena.Alloc<float>(of_qr.rows() * config_.num_attention_heads * config_.head_dim);
+  of_qr.Add(wq_b_, p.q, /*round_bf16=*/true);
+  p.kv = arena.Alloc<float>(of_x.rows() * config_.head_dim);
+  of_x.Add(wkv_, p.kv, /*round_bf16=*/true);
+  return p;
+}
+
+void Attention::ForwardProjected(const Projections& projections,
+                                 std::span<const BatchRequest> requests, const KvCacheView& cache,
+                                 std::span<const CompressedSelection> selections,
+                                 std::span<float> out, ExecContext& ctx, AttentionMode mode) const {
+  ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
   const int64_t hidden = config_.hidden_size;
-  const int64_t t_count = static_cast<int64_t>(x.size()) / hidden;
   const int64_t num_heads = config_.num_attention_heads;
   const int64_t head_dim = config_.head_dim;
+  const int64_t t_count = static_cast<int64_t>(projections.kv.size()) / head_dim;
   const int64_t half = config_.qk_rope_head_dim / 2;
   const KvCacheLayout& layout = *cache.layout;
   const bool block = mode == AttentionMode::kDraftBlock;
-  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden &&
-                  static_cast<int64_t>(out.size()) == t_count * hidden &&
-                  static_cast<int64_t>(qr.size()) == t_count * config_.q_lora_rank,
-              "x %zu, qr %zu, out %zu", x.size(), qr.size(), out.size());
+  DSV41_CHECK(static_cast<int64_t>(projections.kv.size()) == t_count * head_dim &&
+                  static_cast<int64_t>(projections.q.size()) == t_count * num_heads * head_dim &&
+                  static_cast<int64_t>(out.size()) == t_count * hidden,
+              "q %zu, kv %zu, out %zu", projections.q.size(), projections.kv.size(), out.size());
   DSV41_CHECK(layout.head_dim == head_dim, "cache head_dim %d", layout.head_dim);
   DSV41_CHECK(!block || (dspark_stage_ >= 0 && role_.ratio == 0),
               "layer %d: DSpark block attention on a backbone layer", role_.layer);
@@ -404,14 +443,13 @@ void Attention::Forward(std::span<const float> x, std::span<const float> qr,
   RowAngles(requests, cos, sin);
 
   // §7.1 query path: q = rope(wq_b·qr) per head.
-  std::span<float> q = arena.Alloc<float>(t_count * num_heads * head_dim);
-  LinearBf16(wq_b_, qr, t_count, q, ctx);
+  const std::span<float> q = projections.q;
   RopeRotateRowsSimd(q, t_count, num_heads, cos, sin, /*inverse=*/false);
 
   // §7.2 SWA path: kv = fq8_b32(rope(RMSNorm(kv_norm, wkv·x))), stored at its position's row
   // (a DSpark block keeps its rows to itself).
-  std::span<float> kv = arena.Alloc<float>(t_count * head_dim);
-  WindowKv(x, requests, cos, sin, cache, /*store=*/!block, kv, ctx);
+  const std::span<float> kv = projections.kv;
+  WindowKv(requests, cos, sin, cache, /*store=*/!block, kv);
 
   // The keys each request's tokens may attend, decoded once: its window rows and the union of
   // its tokens' selected entries.

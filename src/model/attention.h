@@ -23,6 +23,7 @@
 #include "kernels/sparse_attention.h"  // SinkAttention, kAttentionKeyBlock
 #include "kv/kv_layout.h"
 #include "model/batch.h"
+#include "model/linear_weight.h"
 #include "model/norm.h"
 #include "model/rope.h"
 
@@ -76,6 +77,10 @@ class Attention {
   // low-rank query latent, which the layer's indexer reads too. x: [num_tokens, hidden_size].
   void QueryLatent(std::span<const float> x, int32_t num_tokens, std::span<float> qr,
                    ExecContext& ctx) const;
+  // The same in two steps, so that wq_a runs with the layer's other products of x: queues
+  // qr = bf16(wq_a · x) on `of_x`; after of_x.Run, NormQueryLatent applies q_norm in place.
+  void QueueQueryLatent(ProductsOfInput& of_x, std::span<float> qr) const;
+  void NormQueryLatent(std::span<float> qr) const;
 
   // Runs the layer for every new token of a step (prefill, chunks and decode steps of several
   // requests: model.md §7.9). x: [T, hidden_size] attention input (bf16 values), qr its
@@ -89,6 +94,21 @@ class Attention {
                std::span<const BatchRequest> requests, const KvCacheView& cache,
                std::span<const CompressedSelection> selections, std::span<float> out,
                ExecContext& ctx, AttentionMode mode = AttentionMode::kCausal) const;
+
+  // The same in two steps, so that the projections run with the layer's other products of x and
+  // qr: QueueProjections allocates q = bf16(wq_b · qr) [T, heads · head_dim] and kv = bf16(wkv ·
+  // x) [T, head_dim] from `arena` and queues them; after both Runs, ForwardProjected does the
+  // rest (it rotates, normalises and quantises q and kv in place).
+  struct Projections {
+    std::span<float> q;
+    std::span<float> kv;
+  };
+  Projections QueueProjections(ProductsOfInput& of_x, ProductsOfInput& of_qr,
+                               StepArena& arena) const;
+  void ForwardProjected(const Projections& projections, std::span<const BatchRequest> requests,
+                        const KvCacheView& cache, std::span<const CompressedSelection> selections,
+                        std::span<float> out, ExecContext& ctx,
+                        AttentionMode mode = AttentionMode::kCausal) const;
 
   // Stores fq8_b32(rope(RMSNorm(kv_norm, wkv · x))) of each row as the window row of its
   // request's position (model.md §7.2 steps 1–4 without the attention; DSpark window seeding,
@@ -106,11 +126,12 @@ class Attention {
   // The cos/sin of every row's position [T, qk_rope_head_dim / 2] each.
   void RowAngles(std::span<const BatchRequest> requests, std::span<float> cos,
                  std::span<float> sin) const;
-  // kv [T, head_dim] = fq8_b32(rope(RMSNorm(kv_norm, wkv · x))) at each row's position (§7.2
-  // steps 1–3), each row also encoded into its window row when `store`.
-  void WindowKv(std::span<const float> x, std::span<const BatchRequest> requests,
-                std::span<const float> cos, std::span<const float> sin, const KvCacheView& cache,
-                bool store, std::span<float> kv, ExecContext& ctx) const;
+  // kv [T, head_dim] = bf16(wkv · x) on entry, fq8_b32(rope(RMSNorm(kv_norm, kv))) at each
+  // row's position on return (§7.2 steps 2–3), each row also encoded into its window row when
+  // `store`.
+  void WindowKv(std::span<const BatchRequest> requests, std::span<const float> cos,
+                std::span<const float> sin, const KvCacheView& cache, bool store,
+                std::span<float> kv) const;
 
   // The keys the tokens of one request may attend, decoded once for all of them.
   struct RequestKeys {

@@ -81,25 +81,44 @@ void Compressor::PublishEntries(std::span<float> latents, std::span<const Comple
 void Compressor::Forward(std::span<const float> x, std::span<const BatchRequest> requests,
                          const KvCacheView& cache, ExecContext& ctx) const {
   ArenaScope scope(ctx.arena);
+  const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
+  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * config_.hidden_size, "x %zu", x.size());
+  ProductsOfInput of_x(x, t_count);
+  const Projections projections = QueueProjections(of_x, ctx.arena);
+  of_x.Run(ctx);
+  ForwardProjected(projections, requests, cache, ctx);
+}
+
+Compressor::Projections Compressor::QueueProjections(ProductsOfInput& of_x,
+                                                     StepArena& arena) const {
+  // §7.3: fp32 projections a = wkv·x and, for ratio > 1, g = wgate·x over every row.
+  Projections p;
+  p.a = arena.Alloc<float>(of_x.rows() * config_.head_dim);
+  of_x.Add(wkv_, p.a, /*round_bf16=*/false);
+  if (ratio_ > 1) {
+    p.g = arena.Alloc<float>(p.a.size());
+    of_x.Add(wgate_, p.g, /*round_bf16=*/false);
+  }
+  return p;
+}
+
+void Compressor::ForwardProjected(const Projections& projections,
+                                  std::span<const BatchRequest> requests, const KvCacheView& cache,
+                                  ExecContext& ctx) const {
+  ArenaScope scope(ctx.arena);
   StepArena& arena = ctx.arena;
-  const int64_t hidden = config_.hidden_size;
-  const int64_t t_count = static_cast<int64_t>(x.size()) / hidden;
   const int64_t head_dim = config_.head_dim;
+  const std::span<const float> a = projections.a;
+  const std::span<const float> g = projections.g;
+  const int64_t t_count = static_cast<int64_t>(a.size()) / head_dim;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const KvCacheLayout& layout = *cache.layout;
   const KvSourcePlaces& places = *layout.sources[layer_];
-  DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * hidden, "x %zu", x.size());
+  DSV41_CHECK(static_cast<int64_t>(a.size()) == t_count * head_dim &&
+                  g.size() == (ratio_ > 1 ? a.size() : 0),
+              "layer %d: a %zu, g %zu", layer_, a.size(), g.size());
   DSV41_CHECK(places.ratio == ratio_ && layout.head_dim == head_dim, "layer %d: cache ratio %d",
               layer_, places.ratio);
-
-  // §7.3: fp32 projections a = wkv·x and, for ratio > 1, g = wgate·x over every row.
-  std::span<float> a = arena.Alloc<float>(t_count * head_dim);
-  LinearProduct(wkv_, x, t_count, a, ctx);
-  std::span<float> g;
-  if (ratio_ > 1) {
-    g = arena.Alloc<float>(a.size());
-    LinearProduct(wgate_, x, t_count, g, ctx);
-  }
 
   // The bf16 latent (un-rotated, normalised) of every entry the step completes, with where the
   // entry goes: (request, entry id).

@@ -18,6 +18,7 @@
 #include "kernels/linear.h"
 #include "kv/kv_layout.h"
 #include "model/batch.h"
+#include "model/linear_weight.h"
 #include "model/norm.h"
 #include "model/rope.h"
 
@@ -46,6 +47,17 @@ class Compressor {
   // ring. Projections run once over all T rows.
   void Forward(std::span<const float> x, std::span<const BatchRequest> requests,
                const KvCacheView& cache, ExecContext& ctx) const;
+
+  // The same in two steps, so that the projections run with the layer's other products of x:
+  // QueueProjections allocates a = wkv · x and, for ratio > 1, g = wgate · x (fp32, [T, head_dim]
+  // each) from `arena` and queues them on `of_x`; after of_x.Run, ForwardProjected does the rest.
+  struct Projections {
+    std::span<float> a;
+    std::span<float> g;  // empty for ratio 1
+  };
+  Projections QueueProjections(ProductsOfInput& of_x, StepArena& arena) const;
+  void ForwardProjected(const Projections& projections, std::span<const BatchRequest> requests,
+                        const KvCacheView& cache, ExecContext& ctx) const;
 
  private:
   Compressor(const ModelConfig& config, const LayerRole& role);

@@ -225,9 +225,19 @@ Status DsparkModel::Draft(std::span<const DraftRequest> requests, const KvCacheV
   std::span<float> qr = arena.Alloc<float>(rows * config_.q_lora_rank);
   for (const Stage& stage : stages_) {
     SublayerInput(x, pi, rows, stage.hc.hc_attn, stage.hc.attn_norm, dims_, mix_attn, sub_in, ctx);
-    stage.attention->QueryLatent(sub_in, static_cast<int32_t>(rows), qr, ctx);
-    stage.attention->Forward(sub_in, qr, blocks, cache, {}, sub_out, ctx,
-                             AttentionMode::kDraftBlock);
+    {
+      // wq_a and wkv in one region, then wq_b.
+      ArenaScope stage_scope(arena);
+      ProductsOfInput of_x(sub_in, rows);
+      ProductsOfInput of_qr(qr, rows);
+      stage.attention->QueueQueryLatent(of_x, qr);
+      const Attention::Projections attended = stage.attention->QueueProjections(of_x, of_qr, arena);
+      of_x.Run(ctx);
+      stage.attention->NormQueryLatent(qr);
+      of_qr.Run(ctx);
+      stage.attention->ForwardProjected(attended, blocks, cache, {}, sub_out, ctx,
+                                        AttentionMode::kDraftBlock);
+    }
     SublayerOutput(sub_out, mix_attn, rows, dims_, x, pre);
     SublayerInput(x, pre, rows, stage.hc.hc_ffn, stage.hc.ffn_norm, dims_, mix_ffn, sub_in, ctx);
     stage.moe->Forward(sub_in, rows, sub_out, ctx);

@@ -294,20 +294,40 @@ Status TextModel::Forward(const Batch& batch, const KvCacheView& cache, EngramSt
     // §4.4: attention sublayer, collapsed with the incoming pre-mix.
     SublayerInput(x, pi, num_tokens, layer.hc.hc_attn, layer.hc.attn_norm, dims_, mix_attn, sub_in,
                   ctx);
-    if (layer.compressor) layer.compressor->Forward(sub_in, batch.requests, cache, ctx);
-    layer.attention->QueryLatent(sub_in, static_cast<int32_t>(num_tokens), qr, ctx);
-    if (role.ratio > 0) {
-      if (layer.indexer) {
-        layer.indexer->Forward(sub_in, qr, batch.requests, cache, index_state, ctx);
+    if (layer.indexer) layer.indexer->AllocateState(batch.requests, index_state, arena);
+    {
+      ArenaScope layer_scope(arena);
+      // The products of sub_in in one parallel region, then those of qr in another.
+      ProductsOfInput of_x(sub_in, num_tokens);
+      ProductsOfInput of_qr(qr, num_tokens);
+      Compressor::Projections compressed;
+      if (layer.compressor) compressed = layer.compressor->QueueProjections(of_x, arena);
+      layer.attention->QueueQueryLatent(of_x, qr);
+      const Attention::Projections attended = layer.attention->QueueProjections(of_x, of_qr, arena);
+      Indexer::Projections indexed;
+      if (layer.indexer) indexed = layer.indexer->QueueProjections(of_x, of_qr, arena);
+      of_x.Run(ctx);
+      layer.attention->NormQueryLatent(qr);
+      of_qr.Run(ctx);
+
+      if (layer.compressor) {
+        layer.compressor->ForwardProjected(compressed, batch.requests, cache, ctx);
       }
-      for (size_t i = 0; i < num_requests; ++i) selections[i] = index_state[i].SelectionFor(role);
-      if (ctx.observer.get().WantsSelections()) {
-        ReportSelections(role, batch.requests, index_state, selections, ctx.observer, ctx.arena);
+      if (role.ratio > 0) {
+        if (layer.indexer) {
+          layer.indexer->ForwardProjected(indexed, batch.requests, cache, index_state, ctx);
+        }
+        for (size_t i = 0; i < num_requests; ++i) {
+          selections[i] = index_state[i].SelectionFor(role);
+        }
+        if (ctx.observer.get().WantsSelections()) {
+          ReportSelections(role, batch.requests, index_state, selections, ctx.observer, ctx.arena);
+        }
       }
+      layer.attention->ForwardProjected(
+          attended, batch.requests, cache,
+          role.ratio > 0 ? selections : std::span<CompressedSelection>(), sub_out, ctx);
     }
-    layer.attention->Forward(sub_in, qr, batch.requests, cache,
-                             role.ratio > 0 ? selections : std::span<CompressedSelection>(),
-                             sub_out, ctx);
     ctx.observer.get().OnAttentionSublayer(role.layer, sub_in, sub_out);
     SublayerOutput(sub_out, mix_attn, num_tokens, dims_, x, pre);
     // FFN sublayer, collapsed with the attention's pre-mix.

@@ -363,15 +363,10 @@ void SelectTopK(const RequestQueries& q, int64_t t_req, int32_t topk, std::span<
 
 }  // namespace
 
-void Indexer::ProjectQueries(std::span<const float> x, std::span<const float> qr,
-                             std::span<const BatchRequest> requests, std::span<float> qi,
-                             std::span<float> w, ExecContext& ctx) const {
-  StepArena& arena = ctx.arena;
-  const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
+void Indexer::FinishQueries(std::span<const BatchRequest> requests, std::span<float> qi,
+                            std::span<float> w, StepArena& arena) const {
   const int64_t num_heads = config_.index_n_heads;
   const int64_t head_dim = config_.index_head_dim;
-  LinearBf16(wq_b_, qr, t_count, qi, ctx);
-  LinearBf16(weights_proj_, x, t_count, w, ctx);
   for (float& v : w) v = Bf16Round(v * weight_scale_);
   const int64_t half = rope_.rope_dim() / 2;
   std::span<float> cos = arena.Alloc<float>(half);
@@ -430,17 +425,60 @@ void ScorePass(const ModelConfig& config, const LayerRole& role, const RequestQu
 void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
                       std::span<const BatchRequest> requests, const KvCacheView& cache,
                       std::span<IndexerForwardState> states, ExecContext& ctx) const {
-  StepArena& arena = ctx.arena;
-  DrawPublishedState(config_, role_, requests, states, arena);
+  AllocateState(requests, states, ctx.arena);
   ArenaScope scope(ctx.arena);
   const int64_t t_count = static_cast<int64_t>(x.size()) / config_.hidden_size;
-  const int64_t num_heads = config_.index_n_heads;
-  const int64_t head_dim = config_.index_head_dim;
-  const KvCacheLayout& layout = *cache.layout;
-  const KvSourcePlaces& source = *layout.sources[*role_.kv_source_layer];
   DSV41_CHECK(static_cast<int64_t>(x.size()) == t_count * config_.hidden_size, "x %zu", x.size());
   DSV41_CHECK(static_cast<int64_t>(qr.size()) == t_count * config_.q_lora_rank, "qr %zu",
               qr.size());
+  ProductsOfInput of_x(x, t_count);
+  ProductsOfInput of_qr(qr, t_count);
+  const Projections projections = QueueProjections(of_x, of_qr, ctx.arena);
+  of_qr.Run(ctx);
+  of_x.Run(ctx);
+  ForwardProjected(projections, requests, cache, states, ctx);
+}
+
+void Indexer::AllocateState(std::span<const BatchRequest> requests,
+                            std::span<IndexerForwardState> states, StepArena& arena) const {
+  DrawPublishedState(config_, role_, requests, states, arena);
+}
+
+Indexer::Projections Indexer::QueueProjections(ProductsOfInput& of_x, ProductsOfInput& of_qr,
+                                               StepArena& arena) const {
+  DSV41_CHECK(of_x.rows() == of_qr.rows(), "x %lld rows, qr %lld rows",
+              static_cast<long long>(of_x.rows()), static_cast<long long>(of_qr.rows()));
+  // Steps 1–2's products: bf16(wq_b · qr) and bf16(weights_proj · x).
+  Projections p;
+  p.qi = arena.Alloc<float>(of_qr.rows() * config_.index_n_heads * config_.index_head_dim);
+  of_qr.Add(wq_b_, p.qi, /*round_bf16=*/true);
+  p.w = arena.Alloc<float>(of_x.rows() * config_.index_n_heads);
+  of_x.Add(weights_proj_, p.w, /*round_bf16=*/true);
+  return p;
+}
+
+void Indexer::ForwardProjected(const Projections& projections,
+                               std::span<const BatchRequest> requests, const KvCacheView& cache,
+                               std::span<IndexerForwardState> states, ExecContext& ctx) const {
+  ArenaScope scope(ctx.arena);
+  StepArena& arena = ctx.arena;
+  const int64_t num_heads = config_.index_n_heads;
+  const int64_t head_dim = config_.index_head_dim;
+  const int64_t t_count = static_cast<int64_t>(projections.w.size()) / num_heads;
+  const KvCacheLayout& layout = *cache.layout;
+  const KvSourcePlaces& source = *layout.sources[*role_.kv_source_layer];
+  DSV41_CHECK(static_cast<int64_t>(projections.w.size()) == t_count * num_heads &&
+                  static_cast<int64_t>(projections.qi.size()) == t_count * num_heads * head_dim,
+              "layer %d: qi %zu, w %zu", role_.layer, projections.qi.size(), projections.w.size());
+  DSV41_CHECK(states.size() == requests.size(), "%zu states for %zu requests", states.size(),
+              requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    DSV41_CHECK(static_cast<size_t>(role_.layer) < states[i].topk.size() &&
+                    static_cast<int64_t>(states[i].topk[role_.layer].entries.size()) ==
+                        int64_t{requests[i].num_tokens} * config_.index_topk,
+                "layer %d: request %zu's state was not allocated for this step (AllocateState)",
+                role_.layer, i);
+  }
   DSV41_CHECK(layout.index_head_dim == head_dim && source.ratio == role_.ratio,
               "layer %d: index keys of %d dims, ratio %d", role_.layer, layout.index_head_dim,
               source.ratio);
@@ -448,9 +486,9 @@ void Indexer::Forward(std::span<const float> x, std::span<const float> qr,
   const bool observed = observer.WantsIndexerScores();
 
   // Steps 1–2 over every row of the step.
-  std::span<float> qi = arena.Alloc<float>(t_count * num_heads * head_dim);
-  std::span<float> w = arena.Alloc<float>(t_count * num_heads);
-  ProjectQueries(x, qr, requests, qi, w, ctx);
+  const std::span<float> qi = projections.qi;
+  const std::span<float> w = projections.w;
+  FinishQueries(requests, qi, w, arena);
 
   // Which query heads the tiled scores may take (fq4 queries: all of them).
   std::span<uint8_t> head_exact = arena.Alloc<uint8_t>(t_count * num_heads);

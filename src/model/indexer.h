@@ -23,6 +23,7 @@
 #include "kv/kv_layout.h"
 #include "model/attention.h"
 #include "model/batch.h"
+#include "model/linear_weight.h"
 #include "model/norm.h"
 #include "model/rope.h"
 
@@ -140,13 +141,29 @@ class Indexer {
                std::span<const BatchRequest> requests, const KvCacheView& cache,
                std::span<IndexerForwardState> states, ExecContext& ctx) const;
 
+  // The same in steps, so that the query products run with the layer's other products of x and
+  // qr: AllocateState draws this layer's published state (states[i].topk / candidates) from
+  // `arena`, where it must outlive the step's later layers; QueueProjections allocates
+  // qi = bf16(wq_b · qr) [T, heads · head_dim] and w = bf16(weights_proj · x) [T, heads] and
+  // queues them; after both Runs, ForwardProjected does the rest (qi and w are finished in place).
+  void AllocateState(std::span<const BatchRequest> requests, std::span<IndexerForwardState> states,
+                     StepArena& arena) const;
+  struct Projections {
+    std::span<float> qi;
+    std::span<float> w;
+  };
+  Projections QueueProjections(ProductsOfInput& of_x, ProductsOfInput& of_qr,
+                               StepArena& arena) const;
+  void ForwardProjected(const Projections& projections, std::span<const BatchRequest> requests,
+                        const KvCacheView& cache, std::span<IndexerForwardState> states,
+                        ExecContext& ctx) const;
+
  private:
   Indexer(const ModelConfig& config, const LayerPlan& plan, const LayerRole& role);
-  // Steps 1–2 over every row of the step: qi = fq4_b32_pow2(rope(bf16(wq_b · qr))) per head
-  // ([T, num_heads * head_dim]) and w = bf16(bf16(weights_proj · x) · c) ([T, num_heads]).
-  void ProjectQueries(std::span<const float> x, std::span<const float> qr,
-                      std::span<const BatchRequest> requests, std::span<float> qi,
-                      std::span<float> w, ExecContext& ctx) const;
+  // Steps 1–2 over every row of the step, after the products: qi = fq4_b32_pow2(rope(qi)) per
+  // head ([T, num_heads * head_dim]) and w = bf16(w · c) ([T, num_heads]), in place.
+  void FinishQueries(std::span<const BatchRequest> requests, std::span<float> qi,
+                     std::span<float> w, StepArena& arena) const;
 
   ModelConfig config_;
   LayerPlan plan_;  // for the official index-key slot (IndexKeySourceLayer)

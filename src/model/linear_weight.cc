@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 
+#include "base/check.h"
 #include "checkpoint/dtype.h"
 #include "config/tensor_inventory.h"  // ShapeString
 #include "model/weights.h"
@@ -92,6 +93,44 @@ void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, s
                 ExecContext& ctx) {
   LinearProduct(w, x, rows, y, ctx);
   for (float& v : y) v = Bf16Round(v);
+}
+
+void ProductsOfInput::Add(const LinearWeight& w, std::span<float> y, bool round_bf16) {
+  DSV41_CHECK(num_products_ < kMaxProducts, "more than %d products of one input", kMaxProducts);
+  DSV41_CHECK(static_cast<int64_t>(x_.size()) == rows_ * w.in &&
+                  static_cast<int64_t>(y.size()) == rows_ * w.out,
+              "x %zu, y %zu for %lld rows of a [%lld, %lld] weight", x_.size(), y.size(),
+              static_cast<long long>(rows_), static_cast<long long>(w.out),
+              static_cast<long long>(w.in));
+  products_[num_products_++] = Product{&w, y, round_bf16};
+}
+
+void ProductsOfInput::Run(ExecContext& ctx) {
+  const int count = num_products_;
+  num_products_ = 0;
+  if (rows_ == 0 || count == 0) return;
+  ArenaScope scope(ctx.arena);
+  std::array<LinearJob, kMaxProducts> jobs;
+  std::array<GemmKernel, kMaxProducts> kernels;
+  for (int k = 0; k < count; ++k) {
+    const LinearWeight& w = *products_[k].w;
+    const LinearOptions options = LinearOptionsFor(w);
+    kernels[k] = SelectGemmKernel(w, options, ctx.numerics);
+    // A product prepared like an earlier one (LinearOptionsFor depends on the format only)
+    // shares its prepared input.
+    int same = 0;
+    while (same < k && !(products_[same].w->format == w.format && products_[same].w->in == w.in &&
+                         kernels[same] == kernels[k])) {
+      ++same;
+    }
+    jobs[k] = same < k ? LinearJob{&w, jobs[same].x, products_[k].y.data(), w.out}
+                       : PrepareLinearJob(w, x_, rows_, products_[k].y, options, ctx);
+  }
+  RunLinearJobs(std::span<const LinearJob>(jobs.data(), count), ctx);
+  for (int k = 0; k < count; ++k) {
+    if (!products_[k].round_bf16) continue;
+    for (float& v : products_[k].y) v = Bf16Round(v);
+  }
 }
 
 }  // namespace dsv41

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -40,5 +41,40 @@ void LinearProduct(const LinearWeight& w, std::span<const float> x, int64_t rows
 // y = bf16(W · x): the "bf16" outputs of §12.4's per-weight table.
 void LinearBf16(const LinearWeight& w, std::span<const float> x, int64_t rows, std::span<float> y,
                 ExecContext& ctx);
+
+// The products of one input that several parts of a layer read (the attention input feeds wq_a,
+// the window wkv, the compressor's wkv and wgate and the indexer's weights_proj; qr feeds both
+// wq_b), queued and then run in one parallel region: one fork-join instead of one per product,
+// and one prepared copy of x per preparation (format, K, options, kernel) instead of one per
+// weight. Each output has the bits its own LinearProduct / LinearBf16 call would give.
+class ProductsOfInput {
+ public:
+  static constexpr int kMaxProducts = 8;
+
+  // x: [rows, in] for every queued weight; it must stay alive and unchanged until Run.
+  ProductsOfInput(std::span<const float> x, int64_t rows) : x_(x), rows_(rows) {}
+
+  std::span<const float> x() const { return x_; }
+  int64_t rows() const { return rows_; }
+
+  // Queues y = W · x ([rows, w.out], fp32) or, when `round_bf16`, y = bf16(W · x); y is written
+  // by Run. At most kMaxProducts per object (checked).
+  void Add(const LinearWeight& w, std::span<float> y, bool round_bf16);
+
+  // Runs every queued product (one RunLinearJobs); the prepared inputs come from ctx.arena and
+  // are released before it returns. Empties the queue.
+  void Run(ExecContext& ctx);
+
+ private:
+  struct Product {
+    const LinearWeight* w = nullptr;
+    std::span<float> y;
+    bool round_bf16 = false;
+  };
+  std::span<const float> x_;
+  int64_t rows_ = 0;
+  std::array<Product, kMaxProducts> products_{};
+  int num_products_ = 0;
+};
 
 }  // namespace dsv41

@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/weights.h"
+#include "numerics/codecs.h"
 
 namespace dsv41 {
 namespace {
@@ -70,6 +75,57 @@ TEST(LinearWeightTest, NonMatrixTensorIsRejected) {
   ASSERT_FALSE(norm.ok());
   EXPECT_NE(norm.status().ToString().find("layers.0.ffn_norm.weight"), std::string::npos)
       << norm.status().ToString();
+}
+
+// Products of one input queued together (one region, shared prepared inputs) give the bits of
+// one call each: FP8, MXFP4 and bf16 weights of the same K, fp32 and bf16-rounded outputs, both
+// numerics, 1 and 2 threads, rows that split into several tiles and one row.
+TEST(LinearWeightTest, ProductsOfOneInputEqualOneCallEach) {
+  Result<ModelWeights> weights = ModelWeights::Load(kGoldenCheckpoints + "/tiny-a");
+  ASSERT_TRUE(weights.ok()) << weights.status().ToString();
+  std::vector<LinearWeight> ws;
+  for (const char* name : {"layers.0.attn.wq_a", "layers.0.ffn.gate", "layers.1.attn.wkv",
+                           "layers.3.ffn.experts.7.w1", "layers.0.attn.wq_a"}) {
+    Result<LinearWeight> w = GetLinear(*weights, name);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_EQ(w->in, ws.empty() ? w->in : ws.front().in) << name;
+    ws.push_back(*w);
+  }
+  const int64_t in = ws.front().in;
+  for (const int64_t rows : {int64_t{1}, int64_t{5}}) {
+    std::vector<float> x(static_cast<size_t>(rows * in));
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = Bf16Round(std::sin(0.37f * static_cast<float>(i) + 0.1f) *
+                       std::ldexp(1.0f, static_cast<int>(i % 7) - 3));
+    }
+    for (const Numerics numerics : {Numerics::kFast, Numerics::kReference}) {
+      for (const int threads : {1, 2}) {
+        OwnedExecContext exec(threads, numerics);
+        std::vector<std::vector<float>> one_each(ws.size()), queued(ws.size());
+        ProductsOfInput products(x, rows);
+        for (size_t k = 0; k < ws.size(); ++k) {
+          const bool round = k % 2 == 0;
+          one_each[k].assign(static_cast<size_t>(rows * ws[k].out), 0.0f);
+          queued[k].assign(one_each[k].size(), -1.0f);
+          if (round) {
+            LinearBf16(ws[k], x, rows, one_each[k], exec.ctx);
+          } else {
+            LinearProduct(ws[k], x, rows, one_each[k], exec.ctx);
+          }
+          products.Add(ws[k], queued[k], round);
+        }
+        products.Run(exec.ctx);
+        for (size_t k = 0; k < ws.size(); ++k) {
+          for (size_t i = 0; i < one_each[k].size(); ++i) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(queued[k][i]),
+                      std::bit_cast<uint32_t>(one_each[k][i]))
+                << "product " << k << " output " << i << ", rows " << rows << ", threads "
+                << threads << ", numerics " << static_cast<int>(numerics);
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

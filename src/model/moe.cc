@@ -271,6 +271,8 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
   // unit's task, which may first fill its rows): the storage is cut on this thread (the arena is
   // the engine thread's), the copies, quantisation and packing run in parallel over the units
   // when the rows are many (a prefill's; a decode step's few rows stay on this thread).
+  // Below this many elements, row-wise work (input preparation, SwiGLU) stays on this thread.
+  constexpr int64_t kParallelElements = int64_t{1} << 16;
   std::span<LinearInput> prepared = arena.Alloc<LinearInput>(static_cast<size_t>(num_units));
   const auto prepare_all = [&](const auto& weight_of, const auto& input_of) {
     std::span<std::span<std::byte>> storage =
@@ -290,7 +292,6 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
                                          SelectGemmKernel(w, options, ctx.numerics), storage[i]);
       }
     };
-    constexpr int64_t kParallelElements = int64_t{1} << 16;
     if (elements < kParallelElements) {
       prepare_units(0, num_units, 0);
     } else {
@@ -321,8 +322,11 @@ void Moe::RunExperts(std::span<const float> x, int64_t num_tokens, const ExpertA
   // §8, §12.5: g = bf16(weight · SwiGLU(bf16(g), bf16(u))), the input of w2 (the shared expert's
   // weight 1 multiplies exactly). Index j < routed_rows is assignment row routed_begin + j, the
   // rest the shared expert's rows.
+  // A decode step's few rows run on this thread: their work is shorter than a fork-join.
+  const int64_t swiglu_rows = routed_rows + shared_rows;
   ctx.pool.ParallelFor(
-      routed_rows + shared_rows, 1, [&](int64_t begin, int64_t end, int /*thread_idx*/) {
+      swiglu_rows, swiglu_rows * inter < kParallelElements ? std::max<int64_t>(swiglu_rows, 1) : 1,
+      [&](int64_t begin, int64_t end, int /*thread_idx*/) {
         // The routed rows carry their routing weights, the shared expert's rows weight 1.
         const int64_t routed_end = std::min(end, routed_rows);
         if (begin < routed_end) {
