@@ -792,7 +792,7 @@ DSV41_BF16DOT_TARGET void Tile(const Dec& dec, const Args& a, int64_t o0, int64_
   }
 }
 
-inline constexpr int kMaxR = 4;
+inline constexpr int kMaxR = 4;  // rows of one register tile
 
 template <int kO, bool kPlain, class Dec>
 DSV41_BF16DOT_TARGET void PlainRowTiles(const Dec& dec, const Args& a, int64_t o0) {
@@ -1009,7 +1009,7 @@ DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& args, int64_t o
   // expert's matrix is a few hundred KB, and a cold start and the bytes fetched past its end cost
   // it a tenth to a fifth of its time.
   const uint8_t* end = dec.Row(args.w->out);
-  if (args.rows <= kMaxR) {
+  if (args.rows <= kBf16DotRegisterRows) {
     const uint8_t* first = dec.Row(o_begin);
     for (const uint8_t* p = first; p < std::min(end, first + kPrefetchBytes); p += 64) {
       PrefetchWeights(p);
@@ -1025,7 +1025,7 @@ DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& args, int64_t o
   int64_t o = o_begin;
   // Single rows up to the next multiple of kO keep every tile inside one 32-row FP8 group.
   const int64_t aligned = std::min(o_end, (o_begin + kO - 1) / kO * kO);
-  if (a.rows <= kMaxR) {
+  if (a.rows <= kBf16DotRegisterRows) {
     if (a.rows == 1) {
       // One row: eight outputs per tile give the dot products eight independent chains.
       for (; o < aligned; ++o) OneRowTile<1>(dec, a, o);

@@ -559,12 +559,14 @@ TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
   std::mt19937 rng(4);
   for (const WeightFormat f : kAllFormats) {
     SCOPED_TRACE(Name(f));
-    // 75 × 83: several tiles per thread; 9 × 1100: K spans several decode chunks of the many-rows
-    // path, whose partial sums are parked between chunks; 70 rows: two row blocks of it. 6, 7 and
-    // 70 rows take that path, 3 rows and single rows the register tiles.
+    // 75 × 83: several tiles per thread; 9 × 1100: K spans several decode chunks, whose partial
+    // sums are parked between chunks; 70 rows: two row blocks of the many-rows path. 12 and 70
+    // rows take that path; 3, 6 and 7 rows and single rows the register tiles (6 and 7 in two row
+    // groups).
     for (const auto& [out, in_any, rows] : {std::tuple<int64_t, int64_t, int64_t>{75, 83, 6},
                                             std::tuple<int64_t, int64_t, int64_t>{75, 83, 3},
                                             std::tuple<int64_t, int64_t, int64_t>{9, 1100, 7},
+                                            std::tuple<int64_t, int64_t, int64_t>{9, 1100, 12},
                                             std::tuple<int64_t, int64_t, int64_t>{40, 300, 70}}) {
       const int64_t in = f == WeightFormat::kMxfp4 ? (in_any + 31) / 32 * 32 : in_any;
       const StoredWeight s = MakeWeight(f, out, in, 1, rng);
@@ -602,8 +604,8 @@ TEST(LinearTest, ThreadAndBatchInvariantBitForBit) {
 // must give the same bits. Pairs of weights with the same values, one plain and one not: rows of
 // in = 96 (48 for bf16) against the same rows zero-padded to 128 (the padding's scales 2^0), and
 // a block of zero codes under the common scale byte 127 against the same block under a rare one
-// (FP8 250, MXFP4 0: the scaled form, adding only zeros). Single rows, the register tiles' 3 rows
-// and the buffered path's 6 and 50; 40 outputs (FP8: a whole and a partial 32-row group).
+// (FP8 250, MXFP4 0: the scaled form, adding only zeros). Single rows, the register tiles' 3 and
+// 6 rows and the buffered path's 12 and 50; 40 outputs (FP8: a whole and a partial 32-row group).
 TEST(LinearTest, PlainTilesEqualCheckedTilesBitForBit) {
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -660,7 +662,7 @@ TEST(LinearTest, PlainTilesEqualCheckedTilesBitForBit) {
     const StoredWeight rare_weight =
         WeightFromBytes(f, kOut, kLong, zero_w, rare_s.empty() ? zero_s : rare_s, 1);
     const LinearOptions options{.bf16_inputs = true};
-    for (const int64_t rows : {1, 3, 6, 50}) {
+    for (const int64_t rows : {1, 3, 6, 12, 50}) {
       SCOPED_TRACE("rows " + std::to_string(rows));
       std::vector<float> long_x = RandomActivations(rows * kLong, rng);
       std::vector<float> short_x(rows * short_in);
@@ -717,7 +719,7 @@ TEST(LinearTest, Fp8ScalesMoveToTheInputOnlyWhileExact) {
 // The bf16 dot kernel's many-rows path folds MXFP4 block scales into the decoded weights, and adds
 // a superblock's partial dot instead of FMA(partial, 2^(b−127), acc), only where both give the same
 // bits: no product or partial sum of either may leave the normal range (the dot flushes
-// subnormals). Every row of a 6-row call (that path) must equal the row alone (the register tile,
+// subnormals). Every row of a 10-row call (that path) must equal the row alone (the register tile,
 // which keeps the FMA). Cases: inputs near 1 under common bytes (folded); inputs 2^-110 under byte
 // 100 (folded, their products 2^-138 would flush); rows whose one non-zero input is 2^-126 with
 // weight 0.5 under byte 200 (the unfolded product 2^-127 flushes, a folded one would not); the
@@ -727,7 +729,8 @@ TEST(LinearTest, Fp8ScalesMoveToTheInputOnlyWhileExact) {
 // (LinearInput's defaults) folds nothing.
 TEST(LinearTest, Mxfp4BufferedTilesFoldTheirScalesOnlyWhileExact) {
   if (!CpuHasBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or capped)";
-  constexpr int64_t kOut = 8, kIn = 256, kRows = 6;
+  constexpr int64_t kOut = 8, kIn = 256, kRows = 10;
+  static_assert(kRows > linear_internal::kBf16DotRegisterRows);
   struct Case {
     const char* name;
     int scale_lo, scale_hi;  // the bytes drawn for the blocks
