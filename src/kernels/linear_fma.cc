@@ -1,9 +1,9 @@
 // The kFma Linear kernel: Highway, one body per compiled target, dispatched once per call.
 //
 // Weights are never expanded in memory: each weight vector is decoded exactly to fp32 (FP8 codes
-// by their bits, MXFP4 nibbles through a table or binary16, bf16 by a shift) with its block scale
-// applied (or, for FP8 in the register tiles, that scale on the input rows where exact), and
-// FMA'd into fp32 accumulators. The fixed order, the same on every target: each
+// by their bits, MXFP4 nibbles through a table, byte lookups (AVX2) or binary16, bf16 by a shift)
+// with its block scale applied (or, for FP8 in the register tiles, that scale on the input rows
+// where exact), and FMA'd into fp32 accumulators. The fixed order, the same on every target: each
 // (output o, input row r) pair owns 16 fp32 lanes per chunk of kChunk positions of K; lane l takes,
 // for every 32-block of the chunk in order, the products of positions l and then 16 + l of the
 // prepared row; at the chunk's end the lanes are added into 16 fp64 lane sums, which one fixed
@@ -292,6 +292,47 @@ struct Mxfp4Decoder {
                           _mm256_castsi256_ps(_mm256_slli_epi32(hi, 28)))};
 #endif
   }
+#if HWY_TARGET == HWY_AVX2
+  // The whole block at once, without the lane-crossing vpermps (on Zen 3 the two of 16 weights
+  // took about half of Decode's time, in a standalone loop): in-lane byte lookups give each
+  // nibble's signed e2m1 value as bf16 (exact: at most two significant bits), interleaving with
+  // zeros widens bf16 to fp32, and one multiply applies the block scale — the same product as the
+  // table's scaled magnitude, so the same weights. v[2j] holds positions [8j, 8j + 8) and v[2j + 1]
+  // positions [16 + 8j, 16 + 8j + 8), the order's vectors, so the rows' inputs keep their layout.
+  // The nibbles go to the 16-bit unpacks in the order that makes each unpack's two 128-bit halves
+  // consecutive positions: lane 0 of the index takes the low nibbles of bytes 0-3 and 8-11, then
+  // their high nibbles; lane 1 bytes 4-7 and 12-15 likewise.
+  static HWY_INLINE void DecodeBlock(const uint8_t* p, float f1, VF (&v)[2 * kVecs]) {
+    const __m256i spread = _mm256_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 0, 1, 2, 3, 8, 9, 10, 11,  //
+                                            4, 5, 6, 7, 12, 13, 14, 15, 4, 5, 6, 7, 12, 13, 14, 15);
+    // bf16 of e2m1 codes 0..15 (0, 0.5, 1, 1.5, 2, 3, 4, 6, then the same negated), split into
+    // their high and low bytes.
+    const __m256i high_bytes = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, static_cast<char>(0x80),
+                      static_cast<char>(0xBF), static_cast<char>(0xBF), static_cast<char>(0xBF),
+                      static_cast<char>(0xC0), static_cast<char>(0xC0), static_cast<char>(0xC0),
+                      static_cast<char>(0xC0)));
+    const __m256i low_bytes = _mm256_broadcastsi128_si256(_mm_setr_epi8(
+        0x00, 0x00, static_cast<char>(0x80), static_cast<char>(0xC0), 0x00, 0x40,
+        static_cast<char>(0x80), static_cast<char>(0xC0), 0x00, 0x00, static_cast<char>(0x80),
+        static_cast<char>(0xC0), 0x00, 0x40, static_cast<char>(0x80), static_cast<char>(0xC0)));
+    const __m256i raw =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i nibbles = _mm256_and_si256(
+        _mm256_srlv_epi64(_mm256_shuffle_epi8(raw, spread), _mm256_setr_epi64x(0, 4, 0, 4)),
+        _mm256_set1_epi8(0x0F));
+    const __m256i high = _mm256_shuffle_epi8(high_bytes, nibbles);
+    const __m256i low = _mm256_shuffle_epi8(low_bytes, nibbles);
+    const __m256i first = _mm256_unpacklo_epi8(low, high);   // positions 0-15 as bf16
+    const __m256i second = _mm256_unpackhi_epi8(low, high);  // positions 16-31
+    const __m256i zero = _mm256_setzero_si256();
+    const __m256 scale = _mm256_set1_ps(f1);
+    v[0] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, first)), scale)};
+    v[1] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, second)), scale)};
+    v[2] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, first)), scale)};
+    v[3] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, second)), scale)};
+  }
+#endif
   template <int kO>
   HWY_INLINE bool Scales(int64_t o0, int64_t kb, float* f1, float* f2) const {
     DSV41_UNROLL
@@ -390,6 +431,13 @@ struct Args {
   int64_t stride;
   float* y;
   int64_t y_stride;
+};
+
+// Decoders that decode a whole block at once (DecodeBlock: the order's 2 · kVecs vectors, v[2j]
+// and v[2j + 1] as Decode's v0 and v1 for j), and whose Scales never ask for the two-step path.
+template <class Decoder>
+inline constexpr bool kDecodesBlocks = requires(const uint8_t* p, float f, VF (&v)[2 * kVecs]) {
+  Decoder::DecodeBlock(p, f, v);
 };
 
 // Decoders whose block factor a register tile may put on its input rows (Fp8Decoder).
@@ -494,6 +542,25 @@ HWY_INLINE void Tile(const Decoder& dec, const Args& a, int64_t o0, int64_t r0) 
       bool on_input = false;
       if constexpr (kScalesInput<Decoder>) on_input = dec.InputFactor(o0, kb, &input_factor);
       const float* xb = x0 + kb * kBlock;
+      if constexpr (kDecodesBlocks<Decoder>) {
+        DSV41_DCHECK(!big, "a block decoder has no two-step path");
+        // One output's block at a time; the inputs come from L1 for each output.
+        DSV41_UNROLL
+        for (int o = 0; o < kO; ++o) {
+          VF v[2 * kVecs];
+          Decoder::DecodeBlock(p[o], f1[o], v);
+          DSV41_UNROLL
+          for (size_t j = 0; j < kVecs; ++j) {
+            DSV41_UNROLL
+            for (int r = 0; r < kR; ++r) {
+              const float* xr = xb + r * a.stride + j * kN;
+              acc[o][r][j] = hn::MulAdd(v[2 * j], hn::LoadU(d, xr), acc[o][r][j]);
+              acc[o][r][j] = hn::MulAdd(v[2 * j + 1], hn::LoadU(d, xr + kLanes), acc[o][r][j]);
+            }
+          }
+        }
+        continue;
+      }
       DSV41_UNROLL
       for (size_t j = 0; j < kVecs; ++j) {
         VF x0v[kR], x1v[kR];
@@ -592,6 +659,17 @@ HWY_INLINE void DecodeChunk(const Decoder& dec, const Args& a, int64_t o0, int64
     for (int o = 0; o < kO; ++o) {
       linear_internal::PrefetchWeights(p[o] + linear_internal::kPrefetchBytes);
       float* dst = wbuf + o * kChunk + (kb - kb0) * kBlock;
+      if constexpr (kDecodesBlocks<Decoder>) {
+        DSV41_DCHECK(!big, "a block decoder has no two-step path");
+        VF v[2 * kVecs];
+        Decoder::DecodeBlock(p[o], f1[o], v);
+        DSV41_UNROLL
+        for (size_t j = 0; j < kVecs; ++j) {
+          hn::Store(v[2 * j], d, dst + j * kN);
+          hn::Store(v[2 * j + 1], d, dst + kLanes + j * kN);
+        }
+        continue;
+      }
       DSV41_UNROLL
       for (size_t j = 0; j < kVecs; ++j) {
         VF v0, v1;
