@@ -295,16 +295,17 @@ struct Mxfp4Decoder {
 #if HWY_TARGET == HWY_AVX2
   // The whole block at once, without the lane-crossing vpermps (on Zen 3 the two of 16 weights
   // took about half of Decode's time, in a standalone loop): in-lane byte lookups give each
-  // nibble's signed e2m1 value as bf16 (exact: at most two significant bits), interleaving with
-  // zeros widens bf16 to fp32, and one multiply applies the block scale — the same product as the
-  // table's scaled magnitude, so the same weights. v[2j] holds positions [8j, 8j + 8) and v[2j + 1]
-  // positions [16 + 8j, 16 + 8j + 8), the order's vectors, so the rows' inputs keep their layout.
-  // The nibbles go to the 16-bit unpacks in the order that makes each unpack's two 128-bit halves
-  // consecutive positions: lane 0 of the index takes the low nibbles of bytes 0-3 and 8-11, then
-  // their high nibbles; lane 1 bytes 4-7 and 12-15 likewise.
+  // nibble's signed e2m1 value as bf16 (exact: at most two significant bits), and one multiply
+  // applies the block scale — the same product as the table's scaled magnitude, so the same
+  // weights. v[2j] holds positions [8j, 8j + 8) and v[2j + 1] positions [16 + 8j, 16 + 8j + 8),
+  // the order's vectors, so the rows' inputs keep their layout. The bf16 values are arranged so
+  // that a 32-bit lane's low half holds a position of [0, 8) (or [16, 24)) and its high half the
+  // position 8 further: a shift and a mask widen them to fp32 in place. So the index's 128-bit
+  // half 0 takes the low nibbles of bytes 0, 8, 1, 9, 2, 10, 3, 11, then their high nibbles, and
+  // half 1 bytes 4, 12, …, 7, 15 likewise.
   static HWY_INLINE void DecodeBlock(const uint8_t* p, float f1, VF (&v)[2 * kVecs]) {
-    const __m256i spread = _mm256_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 0, 1, 2, 3, 8, 9, 10, 11,  //
-                                            4, 5, 6, 7, 12, 13, 14, 15, 4, 5, 6, 7, 12, 13, 14, 15);
+    const __m256i spread = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 0, 8, 1, 9, 2, 10, 3, 11,  //
+                                            4, 12, 5, 13, 6, 14, 7, 15, 4, 12, 5, 13, 6, 14, 7, 15);
     // bf16 of e2m1 codes 0..15 (0, 0.5, 1, 1.5, 2, 3, 4, 6, then the same negated), split into
     // their high and low bytes.
     const __m256i high_bytes = _mm256_broadcastsi128_si256(
@@ -325,12 +326,12 @@ struct Mxfp4Decoder {
     const __m256i low = _mm256_shuffle_epi8(low_bytes, nibbles);
     const __m256i first = _mm256_unpacklo_epi8(low, high);   // positions 0-15 as bf16
     const __m256i second = _mm256_unpackhi_epi8(low, high);  // positions 16-31
-    const __m256i zero = _mm256_setzero_si256();
+    const __m256i upper = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
     const __m256 scale = _mm256_set1_ps(f1);
-    v[0] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, first)), scale)};
-    v[1] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, second)), scale)};
-    v[2] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, first)), scale)};
-    v[3] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, second)), scale)};
+    v[0] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(first, 16)), scale)};
+    v[1] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(second, 16)), scale)};
+    v[2] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(first, upper)), scale)};
+    v[3] = VF{_mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(second, upper)), scale)};
   }
 #endif
   template <int kO>
