@@ -4,7 +4,9 @@
 // engine runs give bit-identical logits on every tier, with prefetch on and off, with a store
 // that delays its reads and with a hot-row cache too small for a step, one-shot, chunked and
 // batched; a truncated table file is refused at load naming file and tensor, and a read error at
-// run time fails the requests of that step while the engine keeps serving.
+// run time fails the requests of that step while the engine keeps serving. The weights copied
+// into huge pages (LoadedTextModel::ResideWeights) leave the Engram tables mapped and the bits as
+// they were on every tier.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -21,7 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/mapped_file.h"
 #include "base/thread_pool.h"
+#include "config/weight_summary.h"
 #include "engine/engine.h"
 #include "engine/loaded_model.h"
 #include "engram/engram_store.h"
@@ -366,6 +370,62 @@ TEST_F(EngramOffloadTest, EngineLogitsAreBitIdenticalOnEveryTier) {
           EXPECT_TRUE(SameLogprobs(got[i].logprobs, want[k][i].logprobs)) << "request " << i;
         }
       }
+    }
+  }
+}
+
+// FNV-1a over a tensor's bytes.
+uint64_t Fingerprint(std::span<const std::byte> bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (std::byte b : bytes) h = (h ^ static_cast<uint8_t>(b)) * 1099511628211ull;
+  return h;
+}
+
+TEST_F(EngramOffloadTest, WeightsCopiedIntoHugePagesKeepEveryBitAndLeaveTheEngramTablesMapped) {
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(5, 33), Prompt(6, 17)};
+  const std::vector<int32_t> arrival = {0, 1};
+  const std::vector<Generated> want = Run(Options(16, true), prompts, arrival);
+  std::map<std::string, uint64_t> before;
+  std::vector<std::span<const std::byte>> tables;
+  for (const TensorSpec& t : model_->weights->expected()) {
+    Result<TensorView> view = model_->weights->Get(t.name);
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    before[t.name] = Fingerprint(view->bytes);
+    if (ClassifyTensor(t.name) == WeightKind::kEngramTables) tables.push_back(view->bytes);
+  }
+  ASSERT_FALSE(tables.empty());
+
+  const LoadedTextModel::Residence r =
+      model_->ResideWeights(*pool_, LoadedTextModel::WeightMemory::kCopy);
+  ASSERT_TRUE(r.done) << r.weight_bytes << " of " << r.available_bytes << " bytes available";
+  EXPECT_TRUE(r.copy_error.empty()) << r.copy_error;
+  EXPECT_GT(r.copied_bytes, r.weight_bytes / 2);
+  EXPECT_LE(r.copied_bytes, r.weight_bytes);
+  // The disk tier releases the tables' pages (MADV_DONTNEED), which would clear a copied page.
+  ASSERT_TRUE(model_
+                  ->OpenEngramStorage(
+                      {.tier = EngramTier::kDisk, .cache_bytes = 1 << 20, .io_threads = 2}, *pool_)
+                  .ok());
+  for (const TensorSpec& t : model_->weights->expected()) {
+    EXPECT_EQ(Fingerprint(model_->weights->Get(t.name)->bytes), before[t.name]) << t.name;
+  }
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  for (std::span<const std::byte> table : tables) {
+    if (table.size() < 3 * page) continue;  // no whole page of its own to look at
+    Result<std::string> flags = MappingVmFlags(table.data() + table.size() / 2);
+    if (!flags.ok()) GTEST_SKIP() << flags.status().ToString();
+    EXPECT_NE(flags->find(" ms"), std::string::npos) << "an Engram table was copied: " << *flags;
+  }
+  for (const auto& [tier_name, tier] : std::vector<std::pair<std::string, EngramStoreOptions>>{
+           {"disk", {.tier = EngramTier::kDisk, .cache_bytes = 1 << 20, .io_threads = 2}},
+           {"mapped", {.tier = EngramTier::kMapped}}}) {
+    SCOPED_TRACE(tier_name);
+    ASSERT_TRUE(model_->OpenEngramStorage(tier, *pool_).ok());
+    const std::vector<Generated> got = Run(Options(16, true), prompts, arrival);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(SameBits(got[i].prompt_logits, want[i].prompt_logits)) << "request " << i;
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
     }
   }
 }

@@ -128,18 +128,34 @@ TEST(TextCliTest, SimdCapsGiveTheSameLogits) {
   EXPECT_NE(bad.out.find("--simd avx9"), std::string::npos) << bad.out;
 }
 
-// Start-up reports the weights made resident (the tiny model fits in memory) and the numerics; with
-// --no-prefault it says the pages are left to fault in.
-TEST(TextCliTest, StartUpReportsPrefaultAndNumerics) {
-  const std::string base = kDsv41Binary + " run --model " + kModel + " -p hi -n 1";
+// Start-up reports the weights made resident (the tiny model fits in memory) — copied into huge
+// pages or prefaulted in their mapping, as --weight-memory asks, with the same text — and the
+// numerics; with --no-prefault it says the pages are left to fault in.
+TEST(TextCliTest, StartUpReportsWeightMemoryAndNumerics) {
+  const std::string base = kDsv41Binary + " run --model " + kModel + " -p hi -n 4";
   const RunResult on = RunCommand(base + " 2>&1 >/dev/null");
   ASSERT_EQ(on.exit_code, 0);
   EXPECT_NE(on.out.find("weights: "), std::string::npos) << on.out;
-  EXPECT_NE(on.out.find("resident (prefaulted"), std::string::npos) << on.out;
+  EXPECT_NE(on.out.find(" resident"), std::string::npos) << on.out;
   EXPECT_NE(on.out.find("numerics: "), std::string::npos) << on.out;
+  const RunResult mapped = RunCommand(base + " --weight-memory mapped 2>&1 >/dev/null");
+  ASSERT_EQ(mapped.exit_code, 0);
+  EXPECT_NE(mapped.out.find("resident (prefaulted"), std::string::npos) << mapped.out;
+  const RunResult copy = RunCommand(base + " --weight-memory copy 2>&1 >/dev/null");
+  ASSERT_EQ(copy.exit_code, 0);
+  EXPECT_NE(copy.out.find("copied into huge pages"), std::string::npos) << copy.out;
+  EXPECT_EQ(copy.out.find("a copy failed"), std::string::npos) << copy.out;
+  const RunResult copy_text = RunCommand(base + " --weight-memory copy 2>/dev/null");
+  const RunResult mapped_text = RunCommand(base + " --weight-memory mapped 2>/dev/null");
+  ASSERT_EQ(copy_text.exit_code, 0);
+  EXPECT_FALSE(copy_text.out.empty());
+  EXPECT_EQ(copy_text.out, mapped_text.out);
   const RunResult off = RunCommand(base + " --no-prefault 2>&1 >/dev/null");
   ASSERT_EQ(off.exit_code, 0);
   EXPECT_NE(off.out.find("not prefaulted (--no-prefault)"), std::string::npos) << off.out;
+  const RunResult bogus = RunCommand(base + " --weight-memory bogus 2>&1 >/dev/null");
+  EXPECT_EQ(bogus.exit_code, 2);
+  EXPECT_NE(bogus.out.find("--weight-memory 'bogus'"), std::string::npos) << bogus.out;
   EXPECT_EQ(RunCommand(base + " --numerics bogus 2>/dev/null").exit_code, 2);
   EXPECT_EQ(RunCommand(base + " --numerics reference >/dev/null 2>&1").exit_code, 0);
 }

@@ -169,6 +169,44 @@ AnonymousMemory::~AnonymousMemory() {
   if (data_ != nullptr) ::munmap(data_, MappedBytes(size_));
 }
 
+Result<size_t> CopyToAnonymousPages(std::span<const std::byte> bytes) {
+  const uintptr_t page = PageBytes();
+  const auto begin = reinterpret_cast<uintptr_t>(bytes.data());
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + bytes.size()) / page * page;
+  if (bytes.empty() || first >= last) return size_t{0};
+  const size_t length = last - first;
+  // The copy starts at the range's offset within a huge page, so its huge pages move over whole.
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const size_t reserved = length + kHugePage;
+  void* reservation =
+      ::mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (reservation == MAP_FAILED) {
+    return IoError("cannot allocate %zu bytes for a copy of mapped pages: %s", length,
+                   std::strerror(errno));
+  }
+  const auto base = reinterpret_cast<uintptr_t>(reservation);
+  const uintptr_t copy = base + ((first % kHugePage) - (base % kHugePage) + kHugePage) % kHugePage;
+  if (copy > base) ::munmap(reservation, copy - base);
+  if (base + reserved > copy + length) {
+    ::munmap(reinterpret_cast<void*>(copy + length), base + reserved - (copy + length));
+  }
+  void* const copy_at = reinterpret_cast<void*>(copy);
+#ifdef MADV_HUGEPAGE
+  ::madvise(copy_at, length, MADV_HUGEPAGE);  // best effort: 4 KiB pages otherwise
+#endif
+  std::memcpy(copy_at, reinterpret_cast<const void*>(first), length);
+  if (::mprotect(copy_at, length, PROT_READ) != 0 ||
+      ::mremap(copy_at, length, length, MREMAP_MAYMOVE | MREMAP_FIXED,
+               reinterpret_cast<void*>(first)) == MAP_FAILED) {
+    const int err = errno;
+    ::munmap(copy_at, length);
+    return IoError("cannot move a copy of %zu mapped bytes at %p into place: %s", length,
+                   reinterpret_cast<const void*>(first), std::strerror(err));
+  }
+  return length;
+}
+
 bool KernelTakesHugePageAdvice() {
   Result<AnonymousMemory> probe = AnonymousMemory::Allocate(1, "huge page probe");
   return probe.ok() && probe->huge_pages_advised();

@@ -46,6 +46,17 @@ uint64_t PrefaultPages(std::span<const std::byte> bytes);
 // read-ahead around a faulting page. Best effort.
 void AdviseRandomAccess(std::span<const std::byte> bytes);
 
+// Replaces the whole pages inside `bytes` (part of a read-only mapping) with private anonymous
+// memory holding the same bytes, in transparent huge pages where the kernel takes them
+// (MADV_HUGEPAGE), read-only. Pointers into the range stay valid and read what they read before;
+// the pages at its edges that it shares with bytes outside it stay as they were. A decode step
+// streams GBs of weights: in 4 KiB file pages each of them costs a TLB walk (in a VM a
+// two-level one); in 2 MiB pages one per 512. The copy is made beside the range and moved over
+// it at once (mremap), so on an error nothing has changed. Returns the bytes replaced (whole
+// pages; 0 for a range within one or two pages). No other thread may map or unmap inside the
+// range meanwhile; readers may read it.
+Result<size_t> CopyToAnonymousPages(std::span<const std::byte> bytes);
+
 // Releases this process's page-table references to `bytes` (inside a read-only file mapping;
 // MADV_DONTNEED): later reads fault the pages in again, from the page cache or the file.
 void ReleaseMappedPages(std::span<const std::byte> bytes);

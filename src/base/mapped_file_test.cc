@@ -53,6 +53,56 @@ TEST(AnonymousMemoryDeathTest, ARunPastTheLastPageFaults) {
   EXPECT_DEATH(*after_last_page = std::byte{2}, "");
 }
 
+// The bytes of a file whose size is not a whole number of pages.
+std::string PatternBytes(size_t size) {
+  std::string bytes(size, '\0');
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 11);
+  return bytes;
+}
+
+TEST(CopyToAnonymousPagesTest, KeepsTheBytesAndLeavesTheSharedEdgePagesMapped) {
+  const std::string path = TempPath("copy.bin");
+  const std::string content = PatternBytes((size_t{5} << 20) + 1234);
+  ASSERT_TRUE(WriteStringToFile(path, content).ok());
+  Result<MappedFile> file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const std::span<const std::byte> all = file->bytes();
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t begin = 1000, end = all.size() - 3000;  // neither on a page boundary
+  Result<size_t> copied = CopyToAnonymousPages(all.subspan(begin, end - begin));
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(*copied, end / page * page - page);
+  // The edge pages hold bytes outside the range: other tensors, which another owner may release
+  // (an Engram tier's MADV_DONTNEED). Released here, they must leave the copy as it is.
+  ReleaseMappedPages(all.subspan(0, begin));
+  ReleaseMappedPages(all.subspan(end));
+  ASSERT_TRUE(
+      std::equal(all.begin(), all.end(), reinterpret_cast<const std::byte*>(content.data())));
+  Result<std::string> edge = MappingVmFlags(all.data() + begin);
+  Result<std::string> inside = MappingVmFlags(all.data() + page);
+  if (!edge.ok() || !inside.ok()) GTEST_SKIP() << "no /proc/self/smaps flags";
+  EXPECT_NE(edge->find(" ms"), std::string::npos) << *edge;  // the file's shared mapping
+  EXPECT_EQ(inside->find(" ms"), std::string::npos) << *inside;
+  EXPECT_EQ(inside->find(" wr"), std::string::npos) << *inside;
+  if (KernelTakesHugePageAdvice()) {
+    EXPECT_NE(inside->find(" hg"), std::string::npos) << *inside;
+  }
+}
+
+TEST(CopyToAnonymousPagesTest, ARangeWithoutAWholePageCopiesNothing) {
+  const std::string path = TempPath("copy_small.bin");
+  const std::string content = PatternBytes(3 * 4096);
+  ASSERT_TRUE(WriteStringToFile(path, content).ok());
+  Result<MappedFile> file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  if (page != 4096) GTEST_SKIP() << "page size " << page;
+  Result<size_t> copied = CopyToAnonymousPages(file->bytes().subspan(100, 4096));
+  ASSERT_TRUE(copied.ok()) << copied.status().ToString();
+  EXPECT_EQ(*copied, 0u);
+  EXPECT_EQ(*CopyToAnonymousPages({}), 0u);
+}
+
 TEST(MappedFileTest, MissingFileNamesPath) {
   Result<MappedFile> file = MappedFile::Open("/nonexistent/dsv41/x.safetensors");
   ASSERT_FALSE(file.ok());

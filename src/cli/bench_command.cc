@@ -336,7 +336,7 @@ int RunVisionBench(const BenchFlags& flags) {
   }
   const int threads = ComputeThreads(flags.engine);
   ThreadPool pool(threads);
-  PrefaultWeights(*m, pool, flags.engine);
+  ResideWeights(*m, pool, flags.engine);
   const MachineLimits limits = MeasureMachineLimits(pool);
   Result<VisionBenchFigures> f = RunVisionBench(*m, *bytes, flags.image_flags.decode_options(),
                                                 pool, limits, flags.repetitions, *numerics);

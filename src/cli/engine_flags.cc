@@ -52,6 +52,12 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_flag("--no-prefault", flags.no_prefault,
                "leave the weights' pages to fault in on first use instead of reading them all at "
                "start-up (they are read ahead only when they fit in memory)");
+  app.add_option("--weight-memory", flags.weight_memory,
+                 "where resident weights live: copy (an anonymous copy in huge pages: one TLB "
+                 "entry per 2 MiB of a step's weight stream), mapped (the page-cache mapping, "
+                 "shared between processes) or auto (copy where the kernel has transparent huge "
+                 "pages)")
+      ->capture_default_str();
   app.add_option("--speculative", flags.speculative,
                  "speculative decoding: dspark (the draft network), ngram (prompt lookup) or off")
       ->capture_default_str();
@@ -150,7 +156,15 @@ Status OpenEngramStorage(LoadedTextModel& model, ThreadPool& pool, const EngineF
   return OkStatus();
 }
 
-void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags) {
+Result<LoadedTextModel::WeightMemory> ParseWeightMemory(const std::string& name) {
+  using WeightMemory = LoadedTextModel::WeightMemory;
+  if (name == "auto") return WeightMemory::kAuto;
+  if (name == "copy") return WeightMemory::kCopy;
+  if (name == "mapped") return WeightMemory::kMapped;
+  return InvalidArgumentError("--weight-memory '%s': want auto, copy or mapped", name.c_str());
+}
+
+void ResideWeights(LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags) {
   if (flags.no_prefault) {
     if (!flags.quiet) {
       std::fprintf(stderr,
@@ -159,19 +173,32 @@ void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const Engin
     return;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const LoadedTextModel::Prefault p = model.PrefaultWeights(pool);
+  const Result<LoadedTextModel::WeightMemory> memory = ParseWeightMemory(flags.weight_memory);
+  const LoadedTextModel::Residence r =
+      model.ResideWeights(pool, memory.ok() ? *memory : LoadedTextModel::WeightMemory::kAuto);
   if (flags.quiet) return;
-  const double gib = static_cast<double>(p.weight_bytes) / (1 << 30);
-  const double avail = static_cast<double>(p.available_bytes) / (1 << 30);
-  if (p.done) {
-    std::fprintf(
-        stderr, "weights: %.2f GiB resident (prefaulted in %.1f s; %.1f GiB were available)\n", gib,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), avail);
-  } else {
+  const double gib = static_cast<double>(r.weight_bytes) / (1 << 30);
+  const double avail = static_cast<double>(r.available_bytes) / (1 << 30);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.done) {
     std::fprintf(stderr,
                  "weights: %.2f GiB mapped, not prefaulted (more than 3/4 of the %.1f GiB "
                  "available): pages fault in on first use\n",
                  gib, avail);
+  } else if (r.copied_bytes > 0) {
+    std::fprintf(stderr,
+                 "weights: %.2f GiB resident, %.2f GiB of it copied into huge pages in %.1f s "
+                 "(%.1f GiB were available)\n",
+                 gib, static_cast<double>(r.copied_bytes) / (1 << 30), seconds, avail);
+  } else {
+    std::fprintf(stderr,
+                 "weights: %.2f GiB resident (prefaulted in %.1f s; %.1f GiB were available)\n",
+                 gib, seconds, avail);
+  }
+  if (!r.copy_error.empty()) {
+    std::fprintf(stderr, "weights: a copy failed, its pages stay mapped: %s\n",
+                 r.copy_error.c_str());
   }
 }
 
@@ -235,6 +262,7 @@ Result<EngineOptions> ToEngineOptions(const EngineFlags& flags) {
                                 flags.engram_prefetch.c_str());
   }
   options.engram_prefetch = flags.engram_prefetch == "on";
+  DSV41_RETURN_IF_ERROR(ParseWeightMemory(flags.weight_memory).status());
   DSV41_RETURN_IF_ERROR(ToEngramStoreOptions(flags).status());
   return options;
 }

@@ -31,6 +31,7 @@ struct EngineFlags {
   bool official_index_key_slot = false;
   std::string simd;  // empty: DSV41_SIMD, else best
   bool no_prefault = false;
+  std::string weight_memory = "auto";
   std::string speculative = "off";
   int32_t num_speculative_tokens = SpeculativeOptions{}.num_speculative_tokens;
   double speculative_min_acceptance = SpeculativeOptions{}.min_acceptance;
@@ -50,7 +51,7 @@ struct EngineFlags {
 
 // Adds --block-size, --kv-cache-gib, --num-blocks, --kv-profile, --max-num-seqs,
 // --max-num-batched-tokens, --max-model-len, --no-prefix-caching, -t/--threads, --numerics,
-// --simd, --official-index-key-slot, --no-prefault, the speculative decoding flags
+// --simd, --official-index-key-slot, --no-prefault, --weight-memory, the speculative decoding flags
 // (--speculative dspark|ngram|off, --num-speculative-tokens, --speculative-min-acceptance,
 // --speculative-confidence, --prompt-lookup-min/-max) and the Engram offload flags (serving.md
 // §8.7): --engram-storage resident|mapped|disk, --engram-cache-gib, --engram-io-threads,
@@ -73,10 +74,13 @@ Result<Numerics> ParseNumerics(const std::string& name);
 // Threads for the compute pool: the flag, or every core when it is 0.
 int ComputeThreads(const EngineFlags& flags);
 
-// Unless --no-prefault: makes the model's weights resident when they fit (LoadedTextModel::
-// PrefaultWeights) and says so on stderr — "weights: 5.80 GiB resident (prefaulted; 23.1 GiB
-// were available)" or why not.
-void PrefaultWeights(const LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags);
+// The --weight-memory value: auto, copy or mapped; InvalidArgument naming the flag otherwise.
+Result<LoadedTextModel::WeightMemory> ParseWeightMemory(const std::string& name);
+
+// Unless --no-prefault: makes the model's weights resident when they fit, as --weight-memory asks
+// (LoadedTextModel::ResideWeights), and says so on stderr — "weights: 5.80 GiB resident, copied
+// into huge pages in 1.2 s (23.1 GiB were available)" or why not.
+void ResideWeights(LoadedTextModel& model, ThreadPool& pool, const EngineFlags& flags);
 
 // The Engram store options the flags ask for; InvalidArgument naming the flag otherwise.
 Result<EngramStoreOptions> ToEngramStoreOptions(const EngineFlags& flags);

@@ -55,7 +55,7 @@ Result<RankModel> LoadRankModel(Job& job, const char* command, const std::string
   if (!model.ok()) return local(model.status());
   out.model = std::move(model).value();
   out.pool = std::make_unique<ThreadPool>(ComputeThreads(flags));
-  PrefaultWeights(out.model, *out.pool, flags);
+  ResideWeights(out.model, *out.pool, flags);
   if (Status s = OpenEngramStorage(out.model, *out.pool, flags); !s.ok()) return local(s);
   if (job.distributed()) {
     Result<RunFingerprint> fingerprint =

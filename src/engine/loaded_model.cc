@@ -1,7 +1,12 @@
 #include "engine/loaded_model.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "base/mapped_file.h"
 #include "config/weight_summary.h"
@@ -52,34 +57,68 @@ int32_t LoadedTextModel::eos_token_id() const {
   return tokenizer->IdOf(kEos).value_or(config().eos_token_id);
 }
 
-LoadedTextModel::Prefault LoadedTextModel::PrefaultWeights(ThreadPool& pool) const {
-  Prefault out;
+LoadedTextModel::Residence LoadedTextModel::ResideWeights(ThreadPool& pool, WeightMemory memory) {
+  Residence out;
   std::vector<std::span<const std::byte>> ranges;
   for (const TensorSpec& t : weights->expected()) {
     const WeightKind kind = ClassifyTensor(t.name);
     if (kind == WeightKind::kEngramTables || (kind == WeightKind::kDspark && !dspark)) continue;
     if (!RankNeedsTensor(config(), t.name, weights->shard())) continue;
     Result<TensorView> view = weights->Get(t.name);
-    if (!view.ok()) continue;
+    if (!view.ok() || view->bytes.empty()) continue;
     ranges.push_back(view->bytes);
     out.weight_bytes += view->bytes.size();
   }
   out.available_bytes = AvailableMemoryBytes();
   if (out.weight_bytes > out.available_bytes / 4 * 3) return out;
-  // Each range's pages in 64 MiB pieces over the threads.
-  constexpr size_t kPiece = size_t{64} << 20;
-  std::vector<std::span<const std::byte>> pieces;
+  if (memory == WeightMemory::kAuto) {
+    memory = KernelTakesHugePageAdvice() ? WeightMemory::kCopy : WeightMemory::kMapped;
+  }
+  // Tensors that lie back to back become one range, so the pages they share are copied too;
+  // the pages a range shares with bytes nobody here reads (Engram rows, other ranks' experts)
+  // stay mapped.
+  std::sort(ranges.begin(), ranges.end(),
+            [](const auto& a, const auto& b) { return a.data() < b.data(); });
+  std::vector<std::span<const std::byte>> merged;
   for (std::span<const std::byte> r : ranges) {
-    for (size_t at = 0; at < r.size(); at += kPiece) {
-      pieces.push_back(r.subspan(at, std::min(kPiece, r.size() - at)));
+    if (!merged.empty() && merged.back().data() + merged.back().size() == r.data()) {
+      merged.back() = {merged.back().data(), merged.back().size() + r.size()};
+    } else {
+      merged.push_back(r);
     }
   }
-  std::atomic<uint64_t> sink{0};
+  // Pieces of at most 64 MiB over the threads, cut at addresses that are multiples of 64 MiB (so
+  // every cut is on a huge page's boundary and no huge page is split between two copies).
+  constexpr uintptr_t kPiece = uintptr_t{64} << 20;
+  std::vector<std::span<const std::byte>> pieces;
+  for (std::span<const std::byte> r : merged) {
+    const auto begin = reinterpret_cast<uintptr_t>(r.data());
+    const uintptr_t end = begin + r.size();
+    for (uintptr_t at = begin; at < end;) {
+      const uintptr_t next = std::min(end, (at / kPiece + 1) * kPiece);
+      pieces.push_back(r.subspan(at - begin, next - at));
+      at = next;
+    }
+  }
+  std::atomic<uint64_t> sink{0}, copied{0};
+  std::mutex error_mutex;
   pool.ParallelFor(static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end, int) {
     uint64_t sum = 0;
-    for (int64_t i = begin; i < end; ++i) sum += PrefaultPages(pieces[i]);
+    for (int64_t i = begin; i < end; ++i) {
+      if (memory == WeightMemory::kCopy) {
+        Result<size_t> moved = CopyToAnonymousPages(pieces[i]);
+        if (moved.ok()) {
+          copied.fetch_add(*moved, std::memory_order_relaxed);
+          continue;
+        }
+        const std::lock_guard<std::mutex> lock(error_mutex);
+        if (out.copy_error.empty()) out.copy_error = moved.status().ToString();
+      }
+      sum += PrefaultPages(pieces[i]);  // kMapped, or a piece whose copy failed
+    }
     sink.fetch_add(sum, std::memory_order_relaxed);
   });
+  out.copied_bytes = copied.load();
   out.done = sink.load() != ~uint64_t{0};  // always true; keeps the touches observable
   return out;
 }

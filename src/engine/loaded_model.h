@@ -3,6 +3,7 @@
 // Everything the engine loads once per process: the weights (memory-mapped), the text model over
 // them, the tokenizer, and the Engram token map and hash constants when the model has Engram.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -51,17 +52,27 @@ struct LoadedTextModel {
   // The end-of-sentence id: the tokenizer's "<｜end▁of▁sentence｜>", else the config's.
   int32_t eos_token_id() const;
 
-  // What PrefaultWeights did.
-  struct Prefault {
+  // Where ResideWeights puts the weights.
+  enum class WeightMemory {
+    kAuto,    // kCopy where the kernel takes huge-page advice, else kMapped
+    kCopy,    // an anonymous copy in transparent huge pages (CopyToAnonymousPages)
+    kMapped,  // the file mapping, every page read ahead (4 KiB page-cache pages)
+  };
+  // What ResideWeights did.
+  struct Residence {
     uint64_t weight_bytes = 0;     // the text model's weights and DSpark's when loaded (no Engram)
     uint64_t available_bytes = 0;  // MemAvailable before
     bool done = false;             // false: they did not fit in 3/4 of the available memory
+    uint64_t copied_bytes = 0;     // bytes moved to anonymous pages (whole pages; kCopy)
+    std::string copy_error;        // the first copy that failed (its pages stay mapped), or empty
   };
-  // Makes the text model's (and the loaded DSpark stages') mapped weights resident when they fit in
-  // 3/4 of the available memory (every page touched, in parallel over `pool`), so no decode step
-  // waits on a page fault. The Engram tables stay with their storage tier; other ranks' routed
-  // experts are never touched.
-  Prefault PrefaultWeights(ThreadPool& pool) const;
+  // Makes the text model's (and the loaded DSpark stages') weights resident when they fit in 3/4 of
+  // the available memory, in parallel over `pool`, so no step waits on a page fault: as an
+  // anonymous copy in huge pages (a decode step's weight stream then walks one page table entry
+  // per 2 MiB instead of per 4 KiB: docs/performance.md, fifteenth round) or as the prefaulted
+  // mapping. The bytes and every view into them stay as they are. The Engram tables stay with
+  // their storage tier; other ranks' routed experts are never touched. Not while an engine runs.
+  Residence ResideWeights(ThreadPool& pool, WeightMemory memory);
 };
 
 }  // namespace dsv41
