@@ -179,59 +179,99 @@ bool DotTiers(const float* a, const float* b, size_t n, float* out) {
   return ExactInDouble<Term::kProduct>(a, b, n, &exact) && RoundExact(exact, out);
 }
 
-// The first tier of kRows dots of `b` with the rows a[r] at once: b's conversion to double and its
-// magnitudes are shared, each row has its own accumulator pair (the pairs are independent chains,
-// enough to cover the FMA latency). decided[r]: whether row r's bound decided it (out[r] then
-// holds the answer). Reads the rows only through unaligned vector loads and byte copies.
-template <size_t kRows>
-void DotRowsFirstTier(const float* const* a, const float* b, size_t n, float* out, bool* decided) {
+// The first tier of the kTokens × kRows dots of the tokens b[t] with the rows a[r] at once: each
+// operand's conversion to double and its magnitudes are shared by the dots that use it, each dot
+// has its own accumulator pair (independent chains, enough to cover the FMA latency; a dot's
+// arithmetic is the same whatever the tile). decided[t * stride + r]: whether dot (t, r)'s bound
+// decided it (out[t * stride + r] then holds the answer). Reads the rows and the tokens only
+// through unaligned vector loads and byte copies.
+template <size_t kRows, size_t kTokens>
+void DotTileFirstTier(const float* const* a, const float* const* b, size_t n, float* out,
+                      bool* decided, size_t stride) {
   const DD dd;
   const DFH df;
   const size_t nd = hn::Lanes(dd);
-  VD s[kRows], t[kRows];
-  for (size_t r = 0; r < kRows; ++r) s[r] = t[r] = hn::Zero(dd);
-  const auto step = [&](const float* const* pa, const float* pb) {
-    const VD vb = hn::PromoteTo(dd, hn::LoadU(df, pb));
-    const VD abs_b = hn::Abs(vb);
+  VD s[kTokens][kRows], t[kTokens][kRows];
+  for (size_t k = 0; k < kTokens; ++k) {
+    for (size_t r = 0; r < kRows; ++r) s[k][r] = t[k][r] = hn::Zero(dd);
+  }
+  const auto step = [&](const float* const* pa, const float* const* pb) {
+    VD vb[kTokens], abs_b[kTokens];
+    for (size_t k = 0; k < kTokens; ++k) {
+      vb[k] = hn::PromoteTo(dd, hn::LoadU(df, pb[k]));
+      abs_b[k] = hn::Abs(vb[k]);
+    }
     for (size_t r = 0; r < kRows; ++r) {
       const VD va = hn::PromoteTo(dd, hn::LoadU(df, pa[r]));
-      s[r] = hn::MulAdd(va, vb, s[r]);  // the product is exact: one rounding, in the sum
-      t[r] = hn::MulAdd(hn::Abs(va), abs_b, t[r]);
+      const VD abs_a = hn::Abs(va);
+      for (size_t k = 0; k < kTokens; ++k) {
+        s[k][r] = hn::MulAdd(va, vb[k], s[k][r]);  // the product is exact: one rounding, in the sum
+        t[k][r] = hn::MulAdd(abs_a, abs_b[k], t[k][r]);
+      }
     }
   };
   size_t i = 0;
   const float* pa[kRows];
+  const float* pb[kTokens];
   for (; i + nd <= n; i += nd) {
     for (size_t r = 0; r < kRows; ++r) pa[r] = a[r] + i;
-    step(pa, b + i);
+    for (size_t k = 0; k < kTokens; ++k) pb[k] = b[k] + i;
+    step(pa, pb);
   }
   if (i < n) {  // the tail, zero padded (zero terms change neither sum)
     HWY_ALIGN float ta[kRows][hn::MaxLanes(DD())] = {};
-    HWY_ALIGN float tb[hn::MaxLanes(DD())] = {};
+    HWY_ALIGN float tb[kTokens][hn::MaxLanes(DD())] = {};
     for (size_t r = 0; r < kRows; ++r) {
       std::memcpy(ta[r], a[r] + i, (n - i) * sizeof(float));
       pa[r] = ta[r];
     }
-    std::memcpy(tb, b + i, (n - i) * sizeof(float));
-    step(pa, tb);
+    for (size_t k = 0; k < kTokens; ++k) {
+      std::memcpy(tb[k], b[k] + i, (n - i) * sizeof(float));
+      pb[k] = tb[k];
+    }
+    step(pa, pb);
   }
   // A term's way to S: its lane's chain (at most one addition per vector step), then the lanes.
   const auto steps = static_cast<int64_t>((n + nd - 1) / nd) + 1;
   const auto lanes = static_cast<int64_t>(nd);
-  for (size_t r = 0; r < kRows; ++r) {
-    const double sum = hn::GetLane(hn::SumOfLanes(dd, s[r]));
-    const double magnitude = hn::GetLane(hn::SumOfLanes(dd, t[r]));
-    decided[r] = n > 0 && Decide(sum, Bound(steps, lanes, magnitude), &out[r]);
+  for (size_t k = 0; k < kTokens; ++k) {
+    for (size_t r = 0; r < kRows; ++r) {
+      const double sum = hn::GetLane(hn::SumOfLanes(dd, s[k][r]));
+      const double magnitude = hn::GetLane(hn::SumOfLanes(dd, t[k][r]));
+      decided[k * stride + r] =
+          n > 0 && Decide(sum, Bound(steps, lanes, magnitude), &out[k * stride + r]);
+    }
   }
 }
 
-// The first tier for every row, four rows at a time; decided[r] as above.
-void DotRowsTiers(const float* const* a, size_t num_rows, const float* b, size_t n, float* out,
-                  bool* decided) {
-  size_t r = 0;
-  for (; r + 4 <= num_rows; r += 4) DotRowsFirstTier<4>(a + r, b, n, out + r, decided + r);
-  for (; r + 2 <= num_rows; r += 2) DotRowsFirstTier<2>(a + r, b, n, out + r, decided + r);
-  for (; r < num_rows; ++r) DotRowsFirstTier<1>(a + r, b, n, out + r, decided + r);
+// Two tokens at a time where the registers hold the tile's 16 accumulators (AVX-512's 32).
+#if HWY_TARGET <= HWY_AVX3
+constexpr size_t kTileTokens = 2;
+#else
+constexpr size_t kTileTokens = 1;
+#endif
+
+// The first tier for every (token, row): kTileTokens tokens and four rows at a time; out and
+// decided as DotTileFirstTier's.
+void DotRowsTiers(const float* const* a, size_t num_rows, const float* const* b, size_t num_tokens,
+                  size_t n, float* out, bool* decided, size_t stride) {
+  size_t k = 0;
+  const auto rows = [&]<size_t kTokens>(std::integral_constant<size_t, kTokens>) {
+    float* o = out + k * stride;
+    bool* d = decided + k * stride;
+    size_t r = 0;
+    for (; r + 4 <= num_rows; r += 4) {
+      DotTileFirstTier<4, kTokens>(a + r, b + k, n, o + r, d + r, stride);
+    }
+    for (; r + 2 <= num_rows; r += 2) {
+      DotTileFirstTier<2, kTokens>(a + r, b + k, n, o + r, d + r, stride);
+    }
+    for (; r < num_rows; ++r) DotTileFirstTier<1, kTokens>(a + r, b + k, n, o + r, d + r, stride);
+  };
+  for (; k + kTileTokens <= num_tokens; k += kTileTokens) {
+    rows(std::integral_constant<size_t, kTileTokens>());
+  }
+  for (; k < num_tokens; ++k) rows(std::integral_constant<size_t, 1>());
 }
 
 float DotSimd(const float* a, const float* b, size_t n) {
@@ -461,22 +501,44 @@ float ExactDotUnalignedSimd(std::span<const std::byte> a, std::span<const float>
 
 void ExactDotsUnalignedSimd(std::span<const std::byte> rows, std::span<const float> b,
                             std::span<float> out) {
-  const size_t row_bytes = b.size() * sizeof(float);
-  DSV41_CHECK(rows.size() == out.size() * row_bytes, "%zu row bytes for %zu dots of %zu values",
-              rows.size(), out.size(), b.size());
-  constexpr size_t kRowsPerPass = 32;
+  ExactDotsOfTokensUnalignedSimd(rows, out.size(), b, 1, out, out.size());
+}
+
+void ExactDotsOfTokensUnalignedSimd(std::span<const std::byte> rows, size_t num_rows,
+                                    std::span<const float> tokens, size_t num_tokens,
+                                    std::span<float> out, size_t out_stride) {
+  const size_t width = num_tokens == 0 ? 0 : tokens.size() / num_tokens;
+  const size_t row_bytes = width * sizeof(float);
+  DSV41_CHECK(tokens.size() == num_tokens * width && rows.size() == num_rows * row_bytes &&
+                  num_rows <= out_stride &&
+                  (num_tokens == 0 || out.size() >= (num_tokens - 1) * out_stride + num_rows),
+              "%zu row bytes for %zu rows, %zu values for %zu tokens, %zu results (stride %zu)",
+              rows.size(), num_rows, tokens.size(), num_tokens, out.size(), out_stride);
+  constexpr size_t kRowsPerPass = 32, kTokensPerPass = 4;
   const float* row_starts[kRowsPerPass];
-  bool decided[kRowsPerPass];
-  for (size_t first = 0; first < out.size(); first += kRowsPerPass) {
-    const size_t count = std::min(kRowsPerPass, out.size() - first);
-    for (size_t r = 0; r < count; ++r) {
-      row_starts[r] = reinterpret_cast<const float*>(rows.data() + (first + r) * row_bytes);
-    }
-    HWY_DYNAMIC_DISPATCH(DotRowsTiers)
-    (row_starts, count, b.data(), b.size(), out.data() + first, decided);
-    for (size_t r = 0; r < count; ++r) {  // rare: the next tiers, one row at a time
-      if (!decided[r]) {
-        out[first + r] = ExactDotUnalignedSimd(rows.subspan((first + r) * row_bytes, row_bytes), b);
+  const float* token_starts[kTokensPerPass];
+  float results[kTokensPerPass * kRowsPerPass];
+  bool decided[kTokensPerPass * kRowsPerPass];
+  for (size_t t0 = 0; t0 < num_tokens; t0 += kTokensPerPass) {
+    const size_t tokens_now = std::min(kTokensPerPass, num_tokens - t0);
+    for (size_t k = 0; k < tokens_now; ++k) token_starts[k] = tokens.data() + (t0 + k) * width;
+    for (size_t first = 0; first < num_rows; first += kRowsPerPass) {
+      const size_t count = std::min(kRowsPerPass, num_rows - first);
+      for (size_t r = 0; r < count; ++r) {
+        row_starts[r] = reinterpret_cast<const float*>(rows.data() + (first + r) * row_bytes);
+      }
+      HWY_DYNAMIC_DISPATCH(DotRowsTiers)
+      (row_starts, count, token_starts, tokens_now, width, results, decided, kRowsPerPass);
+      for (size_t k = 0; k < tokens_now; ++k) {
+        float* o = out.data() + (t0 + k) * out_stride + first;
+        for (size_t r = 0; r < count; ++r) {
+          const size_t at = k * kRowsPerPass + r;
+          // Rare: the next tiers, one dot at a time.
+          o[r] = decided[at]
+                     ? results[at]
+                     : ExactDotUnalignedSimd(rows.subspan((first + r) * row_bytes, row_bytes),
+                                             tokens.subspan((t0 + k) * width, width));
+        }
       }
     }
   }

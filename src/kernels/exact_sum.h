@@ -28,6 +28,14 @@ float ExactDotUnalignedSimd(std::span<const std::byte> a, std::span<const float>
 // share each pass over b (checked: the sizes agree).
 void ExactDotsUnalignedSimd(std::span<const std::byte> rows, std::span<const float> b,
                             std::span<float> out);
+// The same for several tokens: out[t * out_stride + r] = ExactDotUnalignedSimd(row r of `rows`,
+// token t) for r < num_rows and t < num_tokens, `tokens` holding num_tokens tokens of equal width
+// and `rows` the bytes of num_rows rows of that many fp32 values at any address; tokens share each
+// pass over the rows (two at a time on AVX-512), rows each pass over a token (checked: the sizes
+// agree, out holds every result).
+void ExactDotsOfTokensUnalignedSimd(std::span<const std::byte> rows, size_t num_rows,
+                                    std::span<const float> tokens, size_t num_tokens,
+                                    std::span<float> out, size_t out_stride);
 
 // out[d] = fp32(Σ_i w[i]·rows[i][d]) for d < out.size(), each exactly rounded: ExactDotColumn for
 // every column (the value product of attention over cached rows). rows.size() == w.size().

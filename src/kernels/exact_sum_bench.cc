@@ -88,6 +88,32 @@ void BM_ExactDotsOfFourRows(benchmark::State& state) {
 }
 BENCHMARK(BM_ExactDotsOfFourRows)->Arg(4096)->Arg(16384)->ArgName("width");
 
+// The 24 dots of each of `tokens` tokens (a prefill's streams), four rows and the tokens sharing
+// each pass (ExactDotsOfTokensUnalignedSimd), as ComputeMixRows runs them for token pairs.
+void BM_ExactDotsOfTokens(benchmark::State& state) {
+  const size_t width = static_cast<size_t>(state.range(0));
+  const size_t tokens = static_cast<size_t>(state.range(1));
+  constexpr int kMixRows = 24;
+  constexpr int kRowsPerCall = 4;
+  const std::vector<float> weights = RandomValues(kMixRows * width, 1);
+  const std::vector<float> streams = RandomValues(tokens * width, 2);
+  const auto bytes = std::as_bytes(std::span<const float>(weights));
+  const double peak = DoubleFmaPerSecondOneCore();
+  std::vector<float> dots(tokens * kMixRows);
+  for (auto _ : state) {
+    for (int first = 0; first < kMixRows; first += kRowsPerCall) {
+      ExactDotsOfTokensUnalignedSimd(
+          bytes.subspan(first * width * sizeof(float), kRowsPerCall * width * sizeof(float)),
+          kRowsPerCall, streams, tokens, std::span<float>(dots).subspan(first), kMixRows);
+    }
+    benchmark::DoNotOptimize(dots.data());
+  }
+  const double terms = static_cast<double>(state.iterations()) * kMixRows * width * tokens;
+  state.counters["terms_per_s"] = benchmark::Counter(terms, benchmark::Counter::kIsRate);
+  state.counters["fma_frac"] = benchmark::Counter(2.0 * terms / peak, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ExactDotsOfTokens)->Args({4096, 1})->Args({4096, 2})->ArgNames({"width", "tokens"});
+
 }  // namespace
 }  // namespace dsv41
 

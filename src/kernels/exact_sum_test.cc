@@ -171,6 +171,65 @@ TEST(ExactSumSimdTest, DotsOfUnalignedRowsGiveEachRowsExactDot) {
   }
 }
 
+// Several rows against several tokens (the mHC mix weights against a prefill's streams), the rows
+// as bytes at every byte offset, results in rows of a longer stride: each is its pair's ExactDot,
+// whatever the numbers of rows and tokens; the stride's gaps stay as they were.
+TEST(ExactSumSimdTest, DotsOfTokensWithUnalignedRowsGiveEachPairsExactDot) {
+  std::mt19937 rng(9);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t n : {0u, 1u, 9u, 100u, 1024u}) {
+    for (size_t num_tokens : {1u, 2u, 3u, 5u}) {
+      for (size_t num_rows : {1u, 3u, 4u, 7u, 24u, 37u}) {
+        std::vector<float> tokens(num_tokens * n);
+        for (size_t t = 0; t < num_tokens; ++t) {
+          // Token 0 far smaller than the others: a dot's error bound must use its own token.
+          const std::vector<float> token =
+              t == 0 && num_tokens > 1 ? Draw(n, rng, -70, 10, true) : Draw(n, rng, -30, 50, true);
+          std::copy(token.begin(), token.end(), tokens.begin() + t * n);
+        }
+        std::vector<float> a(num_rows * n);
+        for (size_t r = 0; r < num_rows; ++r) {
+          const std::vector<float> row = Draw(n, rng, -30, 50, false);
+          std::copy(row.begin(), row.end(), a.begin() + r * n);
+          if (r % 3 == 1 && n > 1 && num_tokens > 1) {  // cancels against token 1 but for one term
+            for (size_t i = 0; i + 1 < n; i += 2) {
+              a[r * n + i] = tokens[n + i + 1];
+              a[r * n + i + 1] = -tokens[n + i];
+            }
+            a[r * n + n - 1] = 0x1p-60f;
+          }
+          if (r % 5 == 4 && n > 0) a[r * n + n / 2] = inf;
+        }
+        const size_t stride = num_rows + 3;
+        const float untouched = -7.0f;
+        std::vector<float> want(num_tokens * stride, untouched);
+        for (size_t t = 0; t < num_tokens; ++t) {
+          for (size_t r = 0; r < num_rows; ++r) {
+            want[t * stride + r] = ExactDot(std::span<const float>(a).subspan(r * n, n),
+                                            std::span<const float>(tokens).subspan(t * n, n));
+          }
+        }
+        for (size_t offset : {0u, 3u}) {
+          std::vector<std::byte> bytes(offset + a.size() * sizeof(float) + 1);
+          if (!a.empty()) std::memcpy(bytes.data() + offset, a.data(), a.size() * sizeof(float));
+          const std::span<const std::byte> view(bytes.data() + offset, a.size() * sizeof(float));
+          SCOPED_TRACE("n " + std::to_string(n) + " tokens " + std::to_string(num_tokens) +
+                       " rows " + std::to_string(num_rows) + " offset " + std::to_string(offset));
+          ForEachTarget([&] {
+            std::vector<float> got(num_tokens * stride, untouched);
+            ExactDotsOfTokensUnalignedSimd(view, num_rows, tokens, num_tokens, got, stride);
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_TRUE(Bits(got[i]) == Bits(want[i]) ||
+                          (std::isnan(got[i]) && std::isnan(want[i])))
+                  << "token " << i / stride << " row " << i % stride;
+            }
+          });
+        }
+      }
+    }
+  }
+}
+
 // Signed zeros, infinities, NaN and subnormal products follow the scalar twins.
 TEST(ExactSumSimdTest, SpecialValuesFollowTheScalarTwins) {
   const float inf = std::numeric_limits<float>::infinity();

@@ -153,18 +153,22 @@ void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeigh
   ArenaScope scope(ctx.arena);
   ctx.stats.weight_bytes += weights.fn.size();
   std::span<float> dots = ctx.arena.Alloc<float>(rows * mix_rows);
-  // An item: a group of mix rows against one token's streams, the group's rows sharing each pass
-  // over them (each dot MixDot's exact value); six items for a decode token's 24 rows.
-  constexpr int64_t kRowsPerItem = 4;
+  // An item: a group of mix rows against a pair of tokens' streams, the group's rows sharing each
+  // pass over a token and the tokens each pass over the rows (each dot MixDot's exact value); six
+  // items for a decode token's 24 rows.
+  constexpr int64_t kRowsPerItem = 4, kTokensPerItem = 2;
   const int64_t groups = (mix_rows + kRowsPerItem - 1) / kRowsPerItem;
+  const int64_t token_groups = (rows + kTokensPerItem - 1) / kTokensPerItem;
   const auto dot_items = [&](int64_t begin, int64_t end, int) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / groups;
+      const int64_t t = item / groups * kTokensPerItem;
+      const int64_t tokens = std::min(kTokensPerItem, rows - t);
       const int64_t first = item % groups * kRowsPerItem;
       const int64_t count = std::min(kRowsPerItem, mix_rows - first);
-      ExactDotsUnalignedSimd(
-          weights.fn.subspan(first * width * sizeof(float), count * width * sizeof(float)),
-          streams.subspan(t * width, width), dots.subspan(t * mix_rows + first, count));
+      ExactDotsOfTokensUnalignedSimd(
+          weights.fn.subspan(first * width * sizeof(float), count * width * sizeof(float)), count,
+          streams.subspan(t * width, tokens * width), tokens,
+          dots.subspan(t * mix_rows + first, (tokens - 1) * mix_rows + count), mix_rows);
     }
   };
   // Per chunk: steps 2–6 per token, then the Sinkhorn of up to kSinkhornTokens tokens at once
@@ -188,7 +192,7 @@ void ComputeMixRows(std::span<const float> streams, int64_t rows, const MhcWeigh
       }
     }
   };
-  ctx.pool.ParallelFor(rows * groups, 1, dot_items);
+  ctx.pool.ParallelFor(token_groups * groups, 1, dot_items);
   ctx.pool.ParallelFor(rows, 1, finish);
 }
 
