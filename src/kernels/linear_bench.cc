@@ -12,11 +12,14 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
+#include "base/check.h"
 #include "base/exec_context.h"
 #include "base/machine_limits.h"
+#include "base/mapped_file.h"
 #include "base/thread_pool.h"
 #include "kernels/linear.h"
 #include "numerics/block_quant.h"
@@ -55,7 +58,7 @@ const MachineLimits& Limits() {
 // of `small`'s), MXFP4 bytes uniform, bf16/f32 values have exponents 2^-15..2^0 (no
 // subnormal products, which would measure the CPU's microcode assists instead of the kernel);
 // scale bytes 2^-9..2^-2.
-void FillWeight(WeightFormat format, std::vector<uint8_t>& weight, std::vector<uint8_t>& scale,
+void FillWeight(WeightFormat format, std::span<uint8_t> weight, std::span<uint8_t> scale,
                 uint64_t seed) {
   std::mt19937_64 rng(seed);
   const auto fill = [&](auto transform) {
@@ -95,13 +98,16 @@ void FillWeight(WeightFormat format, std::vector<uint8_t>& weight, std::vector<u
 }
 
 // The matrices of the running benchmark, kept across its repetitions and row counts: `copies`
-// random matrices of one shape, cycled so that (for `dram`) their total exceeds any cache.
+// random matrices of one shape, cycled so that (for `dram`) their total exceeds any cache, each
+// copy's weights and scales back to back in 2 MiB huge pages where the kernel has them, as the
+// engine holds a checkpoint's (--weight-memory copy).
 struct Matrices {
   WeightFormat format = WeightFormat::kBf16;
   int64_t out = 0, in = 0;
   bool dram = false;
   int64_t weight_bytes = 0, scale_bytes = 0;
-  std::vector<std::vector<uint8_t>> weights, scales;
+  AnonymousMemory memory;
+  std::vector<std::span<uint8_t>> weights, scales;
 };
 
 const Matrices& GetMatrices(WeightFormat format, int64_t out, int64_t in, bool dram) {
@@ -132,11 +138,14 @@ const Matrices& GetMatrices(WeightFormat format, int64_t out, int64_t in, bool d
   }
   const int64_t copies =
       dram ? std::max<int64_t>(1, (512LL << 20) / (m.weight_bytes + m.scale_bytes)) : 1;
-  m.weights.resize(copies);
-  m.scales.resize(copies);
+  const int64_t copy_bytes = m.weight_bytes + m.scale_bytes;
+  Result<AnonymousMemory> memory = AnonymousMemory::Allocate(copies * copy_bytes, "bench weights");
+  DSV41_CHECK(memory.ok(), "%s", memory.status().ToString().c_str());
+  m.memory = std::move(memory).value();
+  const auto bytes = reinterpret_cast<uint8_t*>(m.memory.bytes().data());
   for (int64_t c = 0; c < copies; ++c) {
-    m.weights[c].resize(m.weight_bytes);
-    m.scales[c].resize(m.scale_bytes);
+    m.weights.emplace_back(bytes + c * copy_bytes, m.weight_bytes);
+    m.scales.emplace_back(bytes + c * copy_bytes + m.weight_bytes, m.scale_bytes);
     FillWeight(format, m.weights[c], m.scales[c], 1000 + c);
   }
   return m;
