@@ -212,6 +212,19 @@ bool KernelTakesHugePageAdvice() {
   return probe.ok() && probe->huge_pages_advised();
 }
 
+bool HugePageModeServesAdvice(std::string_view enabled_line) {
+  return enabled_line.find("[never]") == std::string_view::npos;
+}
+
+bool AdvisedMemoryGetsHugePages() {
+  static const bool gets = [] {
+    if (!KernelTakesHugePageAdvice()) return false;
+    Result<std::string> mode = ReadFileToString("/sys/kernel/mm/transparent_hugepage/enabled");
+    return HugePageModeServesAdvice(mode.ok() ? *mode : "");
+  }();
+  return gets;
+}
+
 Result<std::string> MappingVmFlags(const void* address) {
   const auto at = reinterpret_cast<uintptr_t>(address);
   std::ifstream smaps("/proc/self/smaps");

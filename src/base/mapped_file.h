@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 
@@ -95,6 +96,13 @@ Result<std::string> MappingVmFlags(const void* address);
 
 // Whether this kernel takes MADV_HUGEPAGE (transparent huge pages built in), by a probe mapping.
 bool KernelTakesHugePageAdvice();
+
+// Whether memory advised MADV_HUGEPAGE gets huge pages: the kernel takes the advice and its
+// transparent huge page mode (/sys/kernel/mm/transparent_hugepage/enabled) is not "never".
+bool AdvisedMemoryGetsHugePages();
+// The mode line's answer: false when "[never]" is the one selected, true otherwise (also for an
+// empty or unknown line: the advice is then all there is to go by).
+bool HugePageModeServesAdvice(std::string_view enabled_line);
 
 // Reads a whole file into a string. Errors name the path.
 Result<std::string> ReadFileToString(const std::string& path);

@@ -103,6 +103,13 @@ TEST(CopyToAnonymousPagesTest, ARangeWithoutAWholePageCopiesNothing) {
   EXPECT_EQ(*CopyToAnonymousPages({}), 0u);
 }
 
+TEST(HugePageModeTest, OnlyNeverRefusesAdvisedMemory) {
+  EXPECT_TRUE(HugePageModeServesAdvice("always [madvise] never\n"));
+  EXPECT_TRUE(HugePageModeServesAdvice("[always] madvise never"));
+  EXPECT_FALSE(HugePageModeServesAdvice("always madvise [never]\n"));
+  EXPECT_TRUE(HugePageModeServesAdvice(""));
+}
+
 TEST(MappedFileTest, MissingFileNamesPath) {
   Result<MappedFile> file = MappedFile::Open("/nonexistent/dsv41/x.safetensors");
   ASSERT_FALSE(file.ok());

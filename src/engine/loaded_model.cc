@@ -72,7 +72,7 @@ LoadedTextModel::Residence LoadedTextModel::ResideWeights(ThreadPool& pool, Weig
   out.available_bytes = AvailableMemoryBytes();
   if (out.weight_bytes > out.available_bytes / 4 * 3) return out;
   if (memory == WeightMemory::kAuto) {
-    memory = KernelTakesHugePageAdvice() ? WeightMemory::kCopy : WeightMemory::kMapped;
+    memory = AdvisedMemoryGetsHugePages() ? WeightMemory::kCopy : WeightMemory::kMapped;
   }
   // Tensors that lie back to back become one range, so the pages they share are copied too;
   // the pages a range shares with bytes nobody here reads (Engram rows, other ranks' experts)

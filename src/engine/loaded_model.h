@@ -54,8 +54,8 @@ struct LoadedTextModel {
 
   // Where ResideWeights puts the weights.
   enum class WeightMemory {
-    kAuto,    // kCopy where the kernel takes huge-page advice, else kMapped
-    kCopy,    // an anonymous copy in transparent huge pages (CopyToAnonymousPages)
+    kAuto,  // kCopy where advised memory gets huge pages (AdvisedMemoryGetsHugePages), else kMapped
+    kCopy,  // an anonymous copy in transparent huge pages (CopyToAnonymousPages)
     kMapped,  // the file mapping, every page read ahead (4 KiB page-cache pages)
   };
   // What ResideWeights did.
