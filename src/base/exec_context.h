@@ -22,12 +22,14 @@
 
 namespace dsv41 {
 
-// Scratch memory of one step: a stack of 64-byte-aligned spans over blocks allocated up front.
+// Scratch memory of one step: a stack of 64-byte-aligned spans in one reserved address range.
 // A module opens an ArenaScope, takes what it needs, and the scope's end gives it back, so a
-// step needs the deepest nesting of one layer, not the sum of all layers. When a step needs more
-// than the arena holds, a further block is added; Reset (between steps) then merges everything
-// into one block of the high-water size, so a steady workload stops allocating after its first
-// steps. Engine thread only (never from inside a ParallelFor body).
+// step needs the deepest nesting of one layer, not the sum of all layers. The range is reserved
+// once (the machine's memory; address space only) and made usable as far as steps reach, in
+// place: what was handed out never moves, a steady workload stops growing after its first steps,
+// and the memory is one mapping on 2 MiB boundaries, so the first step faults it in huge pages
+// (it had grown 1 MiB blocks at first, each faulted 4 KiB at a time: ~56 000 faults in an
+// 8-stream bench's first prefill). Engine thread only (never from inside a ParallelFor body).
 class StepArena {
  public:
   explicit StepArena(size_t initial_bytes = 0);
@@ -49,26 +51,22 @@ class StepArena {
     return s;
   }
 
-  // Everything handed out is dead; grows the first block to the high-water mark if the last steps
-  // needed more.
-  void Reset();
+  // Everything handed out is dead (between steps).
+  void Reset() { top_ = 0; }
 
-  size_t capacity_bytes() const;
+  // Bytes usable without growing, and the most any step has held.
+  size_t capacity_bytes() const { return memory_.bytes().size(); }
   size_t high_water_bytes() const { return high_water_; }
   uint64_t num_growths() const { return num_growths_; }
+  // The start of the range: every span lies in [base, base + capacity_bytes()).
+  const std::byte* base() const { return memory_.bytes().data(); }
 
  private:
   friend class ArenaScope;
-  using Block = AnonymousMemory;  // page-aligned, huge pages asked for
-  struct Mark {
-    size_t block = 0;
-    size_t offset = 0;
-    size_t used = 0;  // bytes handed out before the mark, over all blocks
-  };
   void* AllocBytes(size_t bytes);
 
-  std::vector<Block> blocks_;
-  Mark top_;
+  AnonymousMemory memory_;
+  size_t top_ = 0;  // bytes handed out
   size_t high_water_ = 0;
   uint64_t num_growths_ = 0;
 };
@@ -83,7 +81,7 @@ class ArenaScope {
 
  private:
   StepArena& arena_;
-  StepArena::Mark mark_;
+  size_t mark_;
 };
 
 // How weight products accumulate (model.md §12.8 item 1; `--numerics`). Everything else is

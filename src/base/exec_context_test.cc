@@ -24,20 +24,34 @@ TEST(StepArenaTest, SpansAreAlignedAndDisjoint) {
 
 // A fresh arena's pages are faulted in by the step that first uses them; in 2 MiB pages instead
 // of 4 KiB ones, a 512-token prefill's ~100 MiB of scratch costs ~50 faults instead of ~25 000.
-TEST(StepArenaTest, BlocksAskForHugePages) {
-  if (!KernelTakesHugePageAdvice()) GTEST_SKIP() << "this kernel takes no MADV_HUGEPAGE";
+// That needs the memory advised, and each 2 MiB of it whole in one mapping: one range on a 2 MiB
+// boundary, grown in place (it had been 1 MiB blocks, each too small for a single huge page).
+TEST(StepArenaTest, OneMappingOnHugePageBoundariesAdvisedForHugePages) {
   StepArena arena(3 << 20);
-  Result<std::string> first = MappingVmFlags(arena.Alloc<float>(1).data());
-  if (!first.ok()) GTEST_SKIP() << first.status().ToString();
-  EXPECT_NE(first->find(" hg"), std::string::npos) << *first;
-  // A block added when a step needs more than the arena holds, and the merged one after Reset.
-  Result<std::string> grown = MappingVmFlags(arena.Alloc<std::byte>(4 << 20).data());
-  ASSERT_TRUE(grown.ok()) << grown.status().ToString();
-  EXPECT_NE(grown->find(" hg"), std::string::npos) << *grown;
-  arena.Reset();
-  Result<std::string> merged = MappingVmFlags(arena.Alloc<float>(1).data());
-  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
-  EXPECT_NE(merged->find(" hg"), std::string::npos) << *merged;
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(arena.base()) % kHugePage, 0u);
+  std::byte* first = arena.Alloc<std::byte>(100).data();
+  EXPECT_EQ(first, arena.base());
+  // Growing (the step needs more than the arena holds) continues the same range.
+  std::byte* grown = arena.Alloc<std::byte>(size_t{5} << 20).data();
+  EXPECT_EQ(grown, first + 128) << "spans follow each other in one range";
+  EXPECT_EQ(arena.num_growths(), 1u);
+  grown[(size_t{5} << 20) - 1] = std::byte{7};  // the whole span is usable
+  if (!KernelTakesHugePageAdvice()) GTEST_SKIP() << "this kernel takes no MADV_HUGEPAGE";
+  Result<std::string> first_flags = MappingVmFlags(first);
+  if (!first_flags.ok()) GTEST_SKIP() << first_flags.status().ToString();
+  EXPECT_NE(first_flags->find(" hg"), std::string::npos) << *first_flags;
+  Result<std::string> grown_flags = MappingVmFlags(grown + (size_t{5} << 20) - 1);
+  ASSERT_TRUE(grown_flags.ok()) << grown_flags.status().ToString();
+  EXPECT_NE(grown_flags->find(" hg"), std::string::npos) << *grown_flags;
+}
+
+TEST(StepArenaDeathTest, ARunPastWhatTheStepsReachedFaults) {
+  StepArena arena(4096);
+  std::span<std::byte> span = arena.Alloc<std::byte>(4096);
+  span[4095] = std::byte{1};
+  volatile std::byte* past = span.data() + arena.capacity_bytes();
+  EXPECT_DEATH(*past = std::byte{2}, "");
 }
 
 TEST(StepArenaTest, AScopeGivesItsMemoryBack) {
@@ -52,19 +66,23 @@ TEST(StepArenaTest, AScopeGivesItsMemoryBack) {
   EXPECT_EQ(arena.num_growths(), 0u);
 }
 
-TEST(StepArenaTest, GrowsWithinAStepThenMergesAtReset) {
+TEST(StepArenaTest, GrowsWithinAStepInPlaceThenFitsTheSameStep) {
   StepArena arena(256);
   std::span<float> a = arena.Alloc<float>(32);  // 128 B: fits
   a[0] = 1.0f;
-  std::span<float> b = arena.Alloc<float>(1000);  // does not fit: a new block
-  b[999] = 2.0f;
+  std::span<float> b = arena.Alloc<float>(300000);  // does not fit: the arena grows
+  b[299999] = 2.0f;
   EXPECT_EQ(arena.num_growths(), 1u);
   EXPECT_EQ(a[0], 1.0f) << "growing never moves what was handed out";
+  EXPECT_EQ(reinterpret_cast<std::byte*>(b.data()), reinterpret_cast<std::byte*>(a.data()) + 128);
   arena.Reset();
   EXPECT_GE(arena.capacity_bytes(), arena.high_water_bytes());
-  arena.Alloc<float>(32);
-  arena.Alloc<float>(1000);
-  EXPECT_EQ(arena.num_growths(), 1u) << "the same step again fits in the merged block";
+  EXPECT_EQ(arena.Alloc<float>(32).data(), a.data());
+  arena.Alloc<float>(300000);
+  EXPECT_EQ(arena.num_growths(), 1u) << "the same step again fits";
+  // Growth at least doubles what the arena holds: a first step reaches its size in a few calls.
+  for (int i = 0; i < 100; ++i) arena.Alloc<std::byte>(1 << 20);
+  EXPECT_LE(arena.num_growths(), 1u + 7u);
 }
 
 TEST(StepArenaTest, OwnedContextHasAPoolOfTheAskedSize) {

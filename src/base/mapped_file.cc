@@ -124,49 +124,94 @@ namespace {
 
 size_t PageBytes() { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
 
-// The mapping behind `size` bytes: whole pages, then one inaccessible guard page.
-size_t MappedBytes(size_t size) {
-  const size_t page = PageBytes();
-  return (size + page - 1) / page * page + page;
-}
+size_t RoundUp(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 }  // namespace
 
-Result<AnonymousMemory> AnonymousMemory::Allocate(size_t size, const std::string& what) {
+Result<AnonymousMemory> AnonymousMemory::Reserve(size_t capacity, const std::string& what) {
   AnonymousMemory memory;
-  if (size == 0) return memory;
-  const size_t mapped = MappedBytes(size);
-  void* addr = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  memory.what_ = what;
+  if (capacity == 0) return memory;
+  const size_t page = PageBytes();
+  // Whole pages, then one guard page that stays inaccessible.
+  const size_t length = RoundUp(capacity, page) + page;
+  // From 2 MiB on, the start is put on a 2 MiB boundary: a reservation that much longer, trimmed.
+  const size_t slack = capacity >= kHugePageBytes ? kHugePageBytes : 0;
+  void* addr = ::mmap(nullptr, length + slack, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (addr == MAP_FAILED) {
-    return IoError("%s: cannot allocate %zu bytes: %s", what.c_str(), size, std::strerror(errno));
+    return IoError("%s: cannot reserve %zu bytes: %s", what.c_str(), capacity,
+                   std::strerror(errno));
   }
-  // A run past the end faults at once (as a heap block's would under AddressSanitizer).
-  ::mprotect(static_cast<std::byte*>(addr) + mapped - PageBytes(), PageBytes(), PROT_NONE);
-  memory.data_ = static_cast<std::byte*>(addr);
-  memory.size_ = size;
+  auto* base = static_cast<std::byte*>(addr);
+  std::byte* start = base;
+  if (slack > 0) {
+    start =
+        reinterpret_cast<std::byte*>(RoundUp(reinterpret_cast<uintptr_t>(base), kHugePageBytes));
+    if (start > base) ::munmap(base, static_cast<size_t>(start - base));
+    const size_t tail = slack - static_cast<size_t>(start - base);
+    if (tail > 0) ::munmap(start + length, tail);
+  }
+  memory.data_ = start;
+  memory.capacity_ = capacity;
+  memory.mapped_ = length;
 #ifdef MADV_HUGEPAGE
-  memory.huge_pages_advised_ = ::madvise(addr, mapped - PageBytes(), MADV_HUGEPAGE) == 0;
+  // Kept by every part Grow makes usable later.
+  memory.huge_pages_advised_ = ::madvise(start, length - page, MADV_HUGEPAGE) == 0;
 #endif
   return memory;
+}
+
+Result<AnonymousMemory> AnonymousMemory::Allocate(size_t size, const std::string& what) {
+  Result<AnonymousMemory> memory = Reserve(size, what);
+  if (!memory.ok()) return memory.status();
+  if (Status grown = memory->Grow(size); !grown.ok()) {
+    return IoError("%s: cannot allocate %zu bytes: %s", what.c_str(), size,
+                   grown.ToString().c_str());
+  }
+  return memory;
+}
+
+Status AnonymousMemory::Grow(size_t size) {
+  if (size <= size_) return OkStatus();
+  if (size > capacity_) {
+    return IoError("%s: %zu bytes asked for, %zu reserved", what_.c_str(), size, capacity_);
+  }
+  const size_t page = PageBytes();
+  const size_t usable = RoundUp(size_, page);
+  const size_t wanted = RoundUp(size, page);
+  if (wanted > usable && ::mprotect(data_ + usable, wanted - usable, PROT_READ | PROT_WRITE) != 0) {
+    return IoError("%s: cannot make %zu more bytes usable: %s", what_.c_str(), wanted - usable,
+                   std::strerror(errno));
+  }
+  size_ = size;
+  return OkStatus();
 }
 
 AnonymousMemory::AnonymousMemory(AnonymousMemory&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      huge_pages_advised_(other.huge_pages_advised_) {}
+      capacity_(std::exchange(other.capacity_, 0)),
+      mapped_(std::exchange(other.mapped_, 0)),
+      huge_pages_advised_(other.huge_pages_advised_),
+      what_(std::move(other.what_)) {}
 
 AnonymousMemory& AnonymousMemory::operator=(AnonymousMemory&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) ::munmap(data_, MappedBytes(size_));
+    if (data_ != nullptr) ::munmap(data_, mapped_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+    mapped_ = std::exchange(other.mapped_, 0);
     huge_pages_advised_ = other.huge_pages_advised_;
+    what_ = std::move(other.what_);
   }
   return *this;
 }
 
 AnonymousMemory::~AnonymousMemory() {
-  if (data_ != nullptr) ::munmap(data_, MappedBytes(size_));
+  if (data_ != nullptr) ::munmap(data_, mapped_);
 }
 
 Result<size_t> CopyToAnonymousPages(std::span<const std::byte> bytes) {

@@ -66,13 +66,18 @@ void ReleaseMappedPages(std::span<const std::byte> bytes);
 // cold-start measurements. Errors name the path.
 Status DropFileFromPageCache(const std::string& path);
 
-// Anonymous, page-aligned, read-write memory of `size` bytes (mmap), with transparent huge pages
-// asked for (MADV_HUGEPAGE; best effort) and an inaccessible page after its last page, so a run
-// past the end faults. Move-only; unmaps on destruction.
+// Anonymous, page-aligned, read-write memory (mmap), with transparent huge pages asked for
+// (MADV_HUGEPAGE; best effort) and an inaccessible page after its last page, so a run past the
+// end faults. A mapping of 2 MiB or more starts on a 2 MiB boundary, so every whole 2 MiB of it can
+// be one huge page. Reserve takes address space only; Grow makes more of it usable in place, so
+// what was handed out never moves. Move-only; unmaps on destruction.
 class AnonymousMemory {
  public:
-  // IoError naming `what` and the size when the mapping fails.
+  // `size` usable bytes. IoError naming `what` and the size when the mapping fails.
   static Result<AnonymousMemory> Allocate(size_t size, const std::string& what);
+  // Room for up to `capacity` bytes, none usable yet (PROT_NONE: the overcommit accounting
+  // counts what Grow makes usable, and only touched pages take memory).
+  static Result<AnonymousMemory> Reserve(size_t capacity, const std::string& what);
   AnonymousMemory() = default;
   AnonymousMemory(AnonymousMemory&& other) noexcept;
   AnonymousMemory& operator=(AnonymousMemory&& other) noexcept;
@@ -80,13 +85,21 @@ class AnonymousMemory {
   AnonymousMemory& operator=(const AnonymousMemory&) = delete;
   ~AnonymousMemory();
 
+  // Makes the first `size` bytes usable (whole pages; never shrinks). IoError naming the mapping
+  // when `size` exceeds capacity() or the kernel refuses.
+  Status Grow(size_t size);
+
   std::span<std::byte> bytes() const { return {data_, size_}; }
+  size_t capacity() const { return capacity_; }
   bool huge_pages_advised() const { return huge_pages_advised_; }
 
  private:
   std::byte* data_ = nullptr;
-  size_t size_ = 0;
+  size_t size_ = 0;      // usable bytes
+  size_t capacity_ = 0;  // reserved bytes (the guard page not counted)
+  size_t mapped_ = 0;    // the mapping's length, from data_
   bool huge_pages_advised_ = false;
+  std::string what_;
 };
 
 // The kernel's flags of this process's mapping that holds `address` (its "VmFlags" line in

@@ -53,6 +53,36 @@ TEST(AnonymousMemoryDeathTest, ARunPastTheLastPageFaults) {
   EXPECT_DEATH(*after_last_page = std::byte{2}, "");
 }
 
+TEST(AnonymousMemoryTest, ReservedRoomGrowsInPlaceUpToItsCapacity) {
+  Result<AnonymousMemory> memory = AnonymousMemory::Reserve(size_t{5} << 20, "test room");
+  ASSERT_TRUE(memory.ok()) << memory.status().ToString();
+  EXPECT_TRUE(memory->bytes().empty());
+  EXPECT_EQ(memory->capacity(), size_t{5} << 20);
+  // From 2 MiB on, the start is a huge page's, so each whole 2 MiB of it can be one.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(memory->bytes().data()) % (uintptr_t{2} << 20), 0u);
+  ASSERT_TRUE(memory->Grow(10000).ok());
+  std::byte* start = memory->bytes().data();
+  memory->bytes()[9999] = std::byte{3};
+  ASSERT_TRUE(memory->Grow(size_t{5} << 20).ok());
+  EXPECT_EQ(memory->bytes().data(), start) << "growing never moves the memory";
+  EXPECT_EQ(memory->bytes()[9999], std::byte{3});
+  memory->bytes().back() = std::byte{4};
+  const Status too_much = memory->Grow((size_t{5} << 20) + 1);
+  EXPECT_EQ(too_much.code(), StatusCode::kIoError);
+  EXPECT_NE(too_much.ToString().find("test room"), std::string::npos) << too_much.ToString();
+  Result<AnonymousMemory> big = AnonymousMemory::Allocate((size_t{4} << 20) + 123, "test");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big->bytes().data()) % (uintptr_t{2} << 20), 0u);
+}
+
+TEST(AnonymousMemoryDeathTest, ReservedRoomIsInaccessibleUntilGrown) {
+  Result<AnonymousMemory> memory = AnonymousMemory::Reserve(size_t{1} << 20, "test");
+  ASSERT_TRUE(memory.ok());
+  ASSERT_TRUE(memory->Grow(4096).ok());
+  volatile std::byte* ungrown = memory->bytes().data() + 4096;
+  EXPECT_DEATH(*ungrown = std::byte{2}, "");
+}
+
 // The bytes of a file whose size is not a whole number of pages.
 std::string PatternBytes(size_t size) {
   std::string bytes(size, '\0');
