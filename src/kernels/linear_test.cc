@@ -716,6 +716,39 @@ TEST(LinearTest, Fp8ScalesMoveToTheInputOnlyWhileExact) {
   }
 }
 
+// The bf16 dot kernel's register tiles (up to kBf16DotRegisterRows rows: the one-row tiles, then
+// 4 outputs × 1..4 rows) keep every output's fixed order: each row of a call with 1..8 rows
+// equals the row alone, bit for bit, on every weight format, with K over two chunks and an output
+// count that leaves single-output tails (none of the shape tests had 6 to 8 rows).
+TEST(LinearTest, RegisterTilesOfEveryRowCountEqualEachRowAlone) {
+  if (!CpuHasBf16Dot()) GTEST_SKIP() << "no AVX512-BF16 here (or capped)";
+  constexpr int64_t kOut = 22, kIn = 1280;
+  std::mt19937 rng(31);
+  for (const WeightFormat f :
+       {WeightFormat::kBf16, WeightFormat::kFp8Block, WeightFormat::kMxfp4}) {
+    SCOPED_TRACE(static_cast<int>(f));
+    const StoredWeight s = MakeWeight(f, kOut, kIn, 3, rng);
+    const LinearWeight w = s.View();
+    const LinearOptions options{.bf16_inputs = true};
+    for (int64_t rows = 1; rows <= linear_internal::kBf16DotRegisterRows; ++rows) {
+      SCOPED_TRACE("rows " + std::to_string(rows));
+      std::vector<float> x = RandomActivations(rows * kIn, rng);
+      for (float& v : x) v = Bf16Round(v);
+      std::vector<float> y(rows * kOut);
+      RunLinear(w, x, rows, y, options, Numerics::kFastBf16Dot);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> alone(kOut);
+        RunLinear(w, std::span<const float>(x).subspan(r * kIn, kIn), 1, alone, options,
+                  Numerics::kFastBf16Dot);
+        for (int64_t o = 0; o < kOut; ++o) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(y[r * kOut + o]), std::bit_cast<uint32_t>(alone[o]))
+              << "row " << r << " output " << o;
+        }
+      }
+    }
+  }
+}
+
 // The bf16 dot kernel's many-rows path folds MXFP4 block scales into the decoded weights, and adds
 // a superblock's partial dot instead of FMA(partial, 2^(b−127), acc), only where both give the same
 // bits: no product or partial sum of either may leave the normal range (the dot flushes
