@@ -11,9 +11,8 @@ namespace {
 // with every pool thread (tiny sizes keep the sanitizer build fast).
 TEST(MachineLimitsTest, MeasuresPositiveFiniteRatesWithAllThreads) {
   ThreadPool pool(2);
-  const MachineLimits limits =
-      MeasureMachineLimits(pool, MachineLimitsOptions{.read_buffer_bytes = 1 << 20,
-                                                      .fma_iterations = 1000});
+  const MachineLimits limits = MeasureMachineLimits(
+      pool, MachineLimitsOptions{.read_buffer_bytes = 1 << 20, .fma_iterations = 1000});
   EXPECT_EQ(limits.threads, 2);
   EXPECT_GT(limits.read_bytes_per_second, 0.0);
   EXPECT_GT(limits.fma_flops_per_second, 0.0);
