@@ -4,10 +4,11 @@
 // runs it at twice the fp32 FMA rate) it is the default fast kernel.
 //
 // Every weight is decoded exactly to bf16: e4m3 codes through two 128-entry byte tables (VPERMI2B,
-// the bf16 bits' high and low bytes), e2m1 nibbles through two 16-entry tables (VPSHUFB), bf16 as
-// stored. One VDPBF16PS multiplies 32 bf16 pairs exactly and adds each fp32 lane's two products
-// to the lane's accumulator. The prepared activations are bf16 (exact: fq8_b32 values or the
-// caller's bf16 values) in the order the weight decode produces (see SourceElement).
+// the bf16 bits' high and low bytes), e2m1 nibbles through one 16-entry table of bf16 words
+// (VPERMW: a word's four nibbles shifted down in turn, one instruction each), bf16 as stored. One
+// VDPBF16PS multiplies 32 bf16 pairs exactly and adds each fp32 lane's two products to the lane's
+// accumulator. The prepared activations are bf16 (exact: fq8_b32 values or the caller's bf16
+// values) in the order the weight decode produces (see SourceElement).
 //
 // Block scales:
 //   FP8    the 32×32 tile scale 2^s is added to the decoded bf16 exponents of non-zero weights
@@ -71,16 +72,14 @@ constexpr int64_t SuperblockElements(WeightFormat format) {
 
 // The element of a superblock (within it) that bf16 word `p` of the decoded superblock holds.
 // Word p is word i = p % 32 of vector z = p / 32, in 128-bit lane L = i / 8 at j = i % 8;
-// unpacklo/unpackhi (z even/odd) take bytes 0..7 / 8..15 of each lane.
+// for FP8, unpacklo/unpackhi (z even/odd) take bytes 0..7 / 8..15 of each lane.
 int64_t SourceElement(WeightFormat format, int64_t p) {
   const int64_t z = p / 32, i = p % 32, lane = i / 8, j = i % 8;
   switch (format) {
     case WeightFormat::kFp8Block:  // 64 codes: lane L holds codes 16L..16L+15
       return 16 * lane + 8 * z + j;
-    case WeightFormat::kMxfp4: {  // 64 bytes: z 0,1 low nibbles (even), z 2,3 high (odd)
-      const int64_t byte = 16 * lane + 8 * (z % 2) + j;
-      return 2 * byte + (z >= 2 ? 1 : 0);
-    }
+    case WeightFormat::kMxfp4:  // 64 bytes as 32 words: vector z holds nibble z of each word
+      return 4 * i + z;
     default:
       return p;
   }
@@ -166,22 +165,19 @@ const Fp8Tables& Fp8ByteTables() {
   return tables;
 }
 
-// The same for the 16 e2m1 codes (sign included), repeated in each 128-bit lane for VPSHUFB.
-struct E2m1Tables {
-  alignas(64) uint8_t hi[64];
-  alignas(64) uint8_t lo[64];
+// The bf16 bits of the 16 e2m1 codes (sign included), twice over: VPERMW reads an index's low
+// five bits, so a nibble with any bit above it picks its own code.
+struct E2m1Table {
+  alignas(64) uint16_t words[32];
 };
-const E2m1Tables& E2m1ByteTables() {
-  static const E2m1Tables tables = [] {
-    E2m1Tables t;
-    for (int i = 0; i < 64; ++i) {
-      const uint16_t b = Bf16FromF32(F32FromE2m1(static_cast<uint8_t>(i % 16)));
-      t.hi[i] = static_cast<uint8_t>(b >> 8);
-      t.lo[i] = static_cast<uint8_t>(b & 0xFF);
-    }
+const E2m1Table& E2m1WordTable() {
+  static const E2m1Table table = [] {
+    E2m1Table t;
+    for (int i = 0; i < 32; ++i)
+      t.words[i] = Bf16FromF32(F32FromE2m1(static_cast<uint8_t>(i % 16)));
     return t;
   }();
-  return tables;
+  return table;
 }
 
 DSV41_BF16DOT_INLINE __m512 Dot(__m512 acc, __m512i w, __m512i x) {
@@ -559,17 +555,14 @@ struct Mxfp4Dec {
   int64_t row_bytes;  // = in / 2
   const uint8_t* scale;
   int64_t blocks_in;
-  __m512i hi_table, lo_table;
+  __m512i table;
 
   DSV41_BF16DOT_TARGET explicit Mxfp4Dec(const LinearWeight& w)
       : weight(reinterpret_cast<const uint8_t*>(w.weight.data())),
         row_bytes(w.in / 2),
         scale(reinterpret_cast<const uint8_t*>(w.scale.data())),
-        blocks_in(w.in / kBlock) {
-    const E2m1Tables& t = E2m1ByteTables();
-    hi_table = _mm512_load_si512(t.hi);
-    lo_table = _mm512_load_si512(t.lo);
-  }
+        blocks_in(w.in / kBlock),
+        table(_mm512_load_si512(E2m1WordTable().words)) {}
   DSV41_BF16DOT_INLINE const uint8_t* Row(int64_t o) const { return weight + o * row_bytes; }
   // The scale bytes rows o0..o0+n-1 use.
   DSV41_BF16DOT_INLINE std::span<const uint8_t> ScaleBytes(int64_t o0, int64_t n) const {
@@ -642,17 +635,11 @@ struct Mxfp4Dec {
   DSV41_BF16DOT_INLINE void Decode(int64_t o, int64_t sb, const SbScale&, Decoded<kZ>& out) const {
     const __m512i v =
         kPlain ? LoadWeightBytes(Row(o) + sb * 64) : LoadRowBytes(Row(o), sb * 64, row_bytes);
-    const __m512i mask = _mm512_set1_epi8(0x0F);
-    const __m512i nlo = _mm512_and_si512(v, mask);
-    const __m512i nhi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
-    const __m512i alo = _mm512_shuffle_epi8(lo_table, nlo);
-    const __m512i ahi = _mm512_shuffle_epi8(hi_table, nlo);
-    const __m512i blo = _mm512_shuffle_epi8(lo_table, nhi);
-    const __m512i bhi = _mm512_shuffle_epi8(hi_table, nhi);
-    out.w[0] = _mm512_unpacklo_epi8(alo, ahi);
-    out.w[1] = _mm512_unpackhi_epi8(alo, ahi);
-    out.w[2] = _mm512_unpacklo_epi8(blo, bhi);
-    out.w[3] = _mm512_unpackhi_epi8(blo, bhi);
+    // Vector z: nibble z of each 16-bit word (bits 4z..4z+3) looked up as a bf16 word.
+    out.w[0] = _mm512_permutexvar_epi16(v, table);
+    out.w[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), table);
+    out.w[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(v, 8), table);
+    out.w[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(v, 12), table);
   }
 };
 
