@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <span>
@@ -237,6 +238,52 @@ void BM_Jobs(benchmark::State& state, WeightFormat format, int64_t out, int64_t 
   state.counters["bw_frac"] =
       Counter(all_bytes / limits.read_bytes_per_second, Counter::kIsIterationInvariantRate);
 }
+
+// The same 512 MiB read in two orders, one 64-byte line per step (one word of it read), split over
+// the pool by 4 KiB blocks, each line asked for 32 KiB ahead as the register tiles do: `sequential`
+// in address order; `across_rows` as a tile of 8 rows of 512 bytes (`small`'s MXFP4 expert rows)
+// read across them, a line of each row in turn — what the one-row MXFP4 tiles did before they ran
+// row-major. The gap between the two is the hardware prefetcher's: 8 interleaved streams of 8
+// lines each are too short for it to follow.
+void BM_ReadOrder(benchmark::State& state, bool across_rows) {
+  constexpr int64_t kBytes = 512LL << 20, kRowBytes = 512, kRows = 8, kBlock = kRows * kRowBytes;
+  const MachineLimits& limits = Limits();
+  static const AnonymousMemory memory = [] {
+    Result<AnonymousMemory> m = AnonymousMemory::Allocate(kBytes, "read-order buffer");
+    DSV41_CHECK(m.ok(), "%s", m.status().ToString().c_str());
+    auto* words = reinterpret_cast<uint64_t*>(m->bytes().data());
+    for (int64_t i = 0; i < kBytes / 8; ++i)
+      words[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15u;
+    return std::move(m).value();
+  }();
+  const auto* base = reinterpret_cast<const uint8_t*>(memory.bytes().data());
+  std::vector<uint64_t> sinks(Pool().num_threads());
+  for (auto _ : state) {
+    Pool().ParallelFor(kBytes / kBlock, 1, [&](int64_t begin, int64_t end, int t) {
+      uint64_t sink = 0;
+      for (int64_t b = begin; b < end; ++b) {
+        const uint8_t* block = base + b * kBlock;
+        for (int64_t step = 0; step < kBlock / 64; ++step) {
+          const int64_t offset =
+              across_rows ? (step % kRows) * kRowBytes + (step / kRows) * 64 : step * 64;
+          const uint8_t* line = block + offset;
+          __builtin_prefetch(line + 32768, 0, 2);
+          uint64_t word;  // one word brings in the line
+          std::memcpy(&word, line, 8);
+          sink ^= word;
+        }
+      }
+      sinks[t] ^= sink;
+    });
+    benchmark::DoNotOptimize(sinks.data());
+  }
+  using benchmark::Counter;
+  state.counters["GB/s"] = Counter(kBytes / 1e9, Counter::kIsIterationInvariantRate);
+  state.counters["bw_frac"] =
+      Counter(kBytes / limits.read_bytes_per_second, Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BM_ReadOrder, sequential, false)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReadOrder, across_rows, true)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void Rows(benchmark::internal::Benchmark* b) {
   for (const int64_t rows : {1, 2, 3, 4, 8, 16, 64, 256}) b->Arg(rows);
