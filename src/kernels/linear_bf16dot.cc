@@ -1061,7 +1061,8 @@ DSV41_BF16DOT_TARGET void RunOutputs(const Dec& dec, const Args& args, int64_t o
     // tile's here (a GEMV had waited on their first load, ~4 % of an 8-stream decode step).
     PrefetchScales(dec, o, std::min<int64_t>(8, o_end - o));
     if (a.rows == 1) {
-      // One row: eight outputs per tile give the dot products eight independent chains.
+      // One row: eight outputs per tile give FP8 and bf16 eight independent chains (MXFP4 reads
+      // them row-major, Tile).
       for (; o < aligned; ++o) OneRowTile<1>(dec, a, o);
       for (; o + 8 <= o_end && o % 8 == 0; o += 8) {
         PrefetchScales(dec, o + 8, std::min<int64_t>(8, o_end - o - 8));
